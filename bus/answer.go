@@ -1,0 +1,77 @@
+package bus
+
+import (
+	"bytes"
+	"encoding/json"
+	"math"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/storybus/storybus/bus/rules"
+)
+
+// Accepted is the answer to a published message (202).
+type Accepted struct {
+	Accepted    bool              `json:"accepted"`
+	MessageID   string            `json:"message_id"`
+	MessageType string            `json:"message_type"`
+	Family      string            `json:"family"`
+	Tolerated   []rules.Violation `json:"tolerated"`
+}
+
+// Duplicate is the answer to a message already published (200).
+type Duplicate struct {
+	Accepted  bool   `json:"accepted"`
+	Duplicate bool   `json:"duplicate"`
+	MessageID string `json:"message_id"`
+}
+
+// Refusal is the answer to a refused message.
+type Refusal struct {
+	Accepted   bool              `json:"accepted"`
+	Violations []rules.Violation `json:"violations"`
+}
+
+// AWSMessage is the body of the answers API Gateway itself would give: an
+// unknown path, and signature failures on the iam routes.
+type AWSMessage struct {
+	Message string `json:"message"`
+}
+
+// MissingAuthenticationToken is API Gateway's answer to a path it lacks.
+const MissingAuthenticationToken = "Missing Authentication Token"
+
+func writeJSON(c *gin.Context, status int, v any) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	err := enc.Encode(v)
+	b := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+	if err != nil {
+		status, b = http.StatusServiceUnavailable, []byte(`{"accepted":false,"violations":[{"source":"policy","rule":"bus.unavailable","message":"internal error"}]}`)
+	}
+	c.Data(status, "application/json", b)
+}
+
+// refuse answers with the refusal shape. The status is the first
+// violation's catalogued status; 429 and 503 carry Retry-After.
+func refuse(c *gin.Context, retryAfter time.Duration, vs ...rules.Violation) {
+	status := rules.Status(vs[0].Rule)
+	if status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable {
+		secs := int(math.Ceil(retryAfter.Seconds()))
+		if secs < 1 {
+			secs = 1
+		}
+		c.Header("Retry-After", strconv.Itoa(secs))
+	}
+	c.Set(ctxRule, vs[0].Rule)
+	writeJSON(c, status, Refusal{Accepted: false, Violations: vs})
+}
+
+func missingAuthenticationToken(c *gin.Context) {
+	c.Set(ctxRule, "route")
+	writeJSON(c, http.StatusForbidden, AWSMessage{Message: MissingAuthenticationToken})
+}

@@ -1,0 +1,337 @@
+// Package config is the workspace configuration a bus serves: the workspace
+// id, its connections and their credentials, grants, limits and ownership
+// policy. It is read from a YAML file by `storybus serve` and `storybus dev`
+// and is the document the operator generates for each Tenant.
+package config
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+	"time"
+
+	"sigs.k8s.io/yaml"
+)
+
+// APIVersion and Kind identify a workspace configuration document.
+const (
+	APIVersion = "bus.storybus.io/v1alpha1"
+	Kind       = "WorkspaceConfig"
+)
+
+// MinIdempotencyWindow is the shortest time a message_id is remembered.
+const MinIdempotencyWindow = 7 * 24 * time.Hour
+
+// Ownership modes for story.not_owner.
+const (
+	NotOwnerTolerate = "tolerate"
+	NotOwnerRefuse   = "refuse"
+)
+
+// workspaceIDPattern keeps workspace ids usable as NATS subject tokens,
+// stream and bucket names and DNS labels.
+var workspaceIDPattern = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+
+// Duration is a time.Duration written as a Go duration string ("168h").
+type Duration struct{ time.Duration }
+
+// MarshalJSON writes the duration as a string.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()) }
+
+// UnmarshalJSON reads a Go duration string.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("duration must be a string such as \"168h\": %w", err)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	d.Duration = v
+	return nil
+}
+
+// Workspace is one workspace's whole configuration.
+type Workspace struct {
+	APIVersion string `json:"apiVersion,omitempty"`
+	Kind       string `json:"kind,omitempty"`
+
+	// ID is the workspace id, the {t} of every route.
+	ID string `json:"workspace"`
+	// IdempotencyWindow is how long a message_id is remembered; at least 168h.
+	IdempotencyWindow Duration `json:"idempotencyWindow,omitempty"`
+	// TokenTTL is the lifetime of access tokens; default 1h.
+	TokenTTL Duration `json:"tokenTTL,omitempty"`
+	// SigningKey signs the workspace's access tokens (HS256). At least 32
+	// bytes. SigningKeyFile, when set, is read instead.
+	SigningKey     string `json:"signingKey,omitempty"`
+	SigningKeyFile string `json:"signingKeyFile,omitempty"`
+	// Limits are the defaults for connections that set none.
+	Limits Limits `json:"limits,omitempty"`
+	// Ownership decides story ownership and story.not_owner.
+	Ownership Ownership `json:"ownership,omitempty"`
+	// Firewall holds the workspace's request rules.
+	Firewall Firewall `json:"firewall,omitempty"`
+	// Policies are the workspace's own Rego modules, by name.
+	Policies map[string]string `json:"policies,omitempty"`
+	// Connections are the producers and consumers allowed in.
+	Connections []Connection `json:"connections,omitempty"`
+}
+
+// Limits are a connection's rate limit and daily quota. Zero means unlimited.
+type Limits struct {
+	RatePerSecond float64 `json:"ratePerSecond,omitempty"`
+	Burst         int     `json:"burst,omitempty"`
+	DailyQuota    int64   `json:"dailyQuota,omitempty"`
+}
+
+// Ownership is the workspace's story ownership policy.
+type Ownership struct {
+	// NotOwner is "tolerate" (the default: story.not_owner is a warning) or
+	// "refuse" (409).
+	NotOwner string `json:"notOwner,omitempty"`
+	// Owners assign stories to systems by story id pattern (a Go regexp,
+	// anchored) ahead of the first-snapshot rule.
+	Owners []OwnerRule `json:"owners,omitempty"`
+	// Handoffs reassign single stories; they win over everything else.
+	Handoffs []Handoff `json:"handoffs,omitempty"`
+}
+
+// OwnerRule assigns the stories whose id matches StoryIDPattern to SystemID.
+type OwnerRule struct {
+	StoryIDPattern string `json:"storyIDPattern"`
+	SystemID       string `json:"systemID"`
+}
+
+// Handoff hands one story to another system.
+type Handoff struct {
+	StoryID    string `json:"storyID"`
+	ToSystemID string `json:"toSystemID"`
+}
+
+// Firewall rules refuse requests with 403 request.blocked.
+type Firewall struct {
+	// AllowedCIDRs, when not empty, are the only client addresses let in.
+	AllowedCIDRs []string `json:"allowedCIDRs,omitempty"`
+	// ContentTypes, when not empty, are the only media types let in.
+	ContentTypes []string `json:"contentTypes,omitempty"`
+	// MaxJSONDepth, when set, refuses deeper bodies.
+	MaxJSONDepth int `json:"maxJSONDepth,omitempty"`
+	// BlockedPatterns are regular expressions refused anywhere in the body.
+	BlockedPatterns []string `json:"blockedPatterns,omitempty"`
+}
+
+// Connection is one producer or consumer system.
+type Connection struct {
+	// Name identifies the connection in the workspace.
+	Name string `json:"name"`
+	// ClientID is the OAuth2 client id; default the name.
+	ClientID string `json:"clientID,omitempty"`
+	// SecretHash is "sha256:" and the hex SHA-256 of the client secret.
+	// Secrets are 32 random bytes or more, so a fast hash is enough.
+	SecretHash string `json:"secretHash,omitempty"`
+	// Active, when false, refuses everything with connection.inactive.
+	Active *bool `json:"active,omitempty"`
+	// CredentialsRotatedAt revokes every token issued before it.
+	CredentialsRotatedAt *time.Time `json:"credentialsRotatedAt,omitempty"`
+	// Limits override the workspace defaults.
+	Limits *Limits `json:"limits,omitempty"`
+	// Grant is what the connection may publish and consume.
+	Grant Grant `json:"grant,omitempty"`
+	// IAM binds AWS access keys to the connection for the iam routes.
+	IAM *IAM `json:"iam,omitempty"`
+}
+
+// Grant lists what a connection may publish and consume. An empty list
+// grants nothing.
+type Grant struct {
+	Publish PublishGrant `json:"publish,omitempty"`
+	Consume ConsumeGrant `json:"consume,omitempty"`
+}
+
+// PublishGrant lists the system_ids and message_types a connection may
+// publish; "*" grants all.
+type PublishGrant struct {
+	SystemIDs    []string `json:"systemIDs,omitempty"`
+	MessageTypes []string `json:"messageTypes,omitempty"`
+}
+
+// ConsumeGrant lists the families a connection may read; "*" grants all.
+type ConsumeGrant struct {
+	Families []string `json:"families,omitempty"`
+}
+
+// IAM binds an AWS access key to a connection.
+type IAM struct {
+	AccessKeyID     string `json:"accessKeyID"`
+	SecretAccessKey string `json:"secretAccessKey,omitempty"`
+	RoleARN         string `json:"roleARN,omitempty"`
+	Verified        bool   `json:"verified,omitempty"`
+}
+
+// IsActive reports whether the connection may publish.
+func (c *Connection) IsActive() bool { return c.Active == nil || *c.Active }
+
+// CheckSecret reports whether secret matches the connection's hash, in
+// constant time.
+func (c *Connection) CheckSecret(secret string) bool {
+	want, ok := strings.CutPrefix(c.SecretHash, "sha256:")
+	if !ok {
+		return false
+	}
+	got := HashSecret(secret)[len("sha256:"):]
+	return subtle.ConstantTimeCompare([]byte(want), []byte(got)) == 1
+}
+
+// HashSecret returns the SecretHash form of a client secret.
+func HashSecret(secret string) string {
+	sum := sha256.Sum256([]byte(secret))
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// Connection returns the named connection.
+func (w *Workspace) Connection(name string) (*Connection, bool) {
+	for i := range w.Connections {
+		if w.Connections[i].Name == name {
+			return &w.Connections[i], true
+		}
+	}
+	return nil, false
+}
+
+// ConnectionByClientID returns the connection with the OAuth2 client id.
+func (w *Workspace) ConnectionByClientID(id string) (*Connection, bool) {
+	for i := range w.Connections {
+		if w.Connections[i].ClientID == id {
+			return &w.Connections[i], true
+		}
+	}
+	return nil, false
+}
+
+// EffectiveLimits returns the connection's limits, or the workspace's.
+func (w *Workspace) EffectiveLimits(c *Connection) Limits {
+	if c.Limits != nil {
+		return *c.Limits
+	}
+	return w.Limits
+}
+
+// Load reads, defaults and validates a workspace configuration file.
+func Load(path string) (*Workspace, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	w, err := Parse(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if w.SigningKeyFile != "" {
+		key, err := os.ReadFile(w.SigningKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("%s: signingKeyFile: %w", path, err)
+		}
+		w.SigningKey = strings.TrimSpace(string(key))
+		if err := w.Validate(); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+	}
+	return w, nil
+}
+
+// Parse decodes, defaults and validates a workspace configuration document.
+// Unknown fields are errors, so a typo never silently drops a rule.
+func Parse(b []byte) (*Workspace, error) {
+	var w Workspace
+	if err := yaml.UnmarshalStrict(b, &w); err != nil {
+		return nil, err
+	}
+	w.Default()
+	if w.SigningKeyFile != "" && w.SigningKey == "" {
+		return &w, nil // validated by Load once the key is read
+	}
+	if err := w.Validate(); err != nil {
+		return nil, err
+	}
+	return &w, nil
+}
+
+// Default fills unset fields with their defaults.
+func (w *Workspace) Default() {
+	if w.APIVersion == "" {
+		w.APIVersion = APIVersion
+	}
+	if w.Kind == "" {
+		w.Kind = Kind
+	}
+	if w.IdempotencyWindow.Duration == 0 {
+		w.IdempotencyWindow.Duration = MinIdempotencyWindow
+	}
+	if w.TokenTTL.Duration == 0 {
+		w.TokenTTL.Duration = time.Hour
+	}
+	if w.Ownership.NotOwner == "" {
+		w.Ownership.NotOwner = NotOwnerTolerate
+	}
+	for i := range w.Connections {
+		if w.Connections[i].ClientID == "" {
+			w.Connections[i].ClientID = w.Connections[i].Name
+		}
+	}
+}
+
+// Validate reports every problem with the configuration at once.
+func (w *Workspace) Validate() error {
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if w.APIVersion != APIVersion || w.Kind != Kind {
+		add("apiVersion/kind must be %s/%s", APIVersion, Kind)
+	}
+	if !workspaceIDPattern.MatchString(w.ID) {
+		add("workspace %q must be a DNS label: lower-case letters, digits and '-', at most 63", w.ID)
+	}
+	if w.IdempotencyWindow.Duration < MinIdempotencyWindow {
+		add("idempotencyWindow %s is under the minimum of 168h", w.IdempotencyWindow.Duration)
+	}
+	if len(w.SigningKey) < 32 {
+		add("signingKey must be at least 32 bytes")
+	}
+	if w.Ownership.NotOwner != NotOwnerTolerate && w.Ownership.NotOwner != NotOwnerRefuse {
+		add("ownership.notOwner %q must be tolerate or refuse", w.Ownership.NotOwner)
+	}
+	for i, o := range w.Ownership.Owners {
+		if _, err := regexp.Compile("^(?:" + o.StoryIDPattern + ")$"); err != nil {
+			add("ownership.owners[%d].storyIDPattern: %v", i, err)
+		}
+	}
+	for i, p := range w.Firewall.BlockedPatterns {
+		if _, err := regexp.Compile(p); err != nil {
+			add("firewall.blockedPatterns[%d]: %v", i, err)
+		}
+	}
+	names, clients := map[string]bool{}, map[string]bool{}
+	for i, c := range w.Connections {
+		if c.Name == "" {
+			add("connections[%d].name is required", i)
+		}
+		if names[c.Name] {
+			add("connections[%d].name %q is used twice", i, c.Name)
+		}
+		if clients[c.ClientID] {
+			add("connections[%d].clientID %q is used twice", i, c.ClientID)
+		}
+		names[c.Name], clients[c.ClientID] = true, true
+		if c.SecretHash != "" && !strings.HasPrefix(c.SecretHash, "sha256:") {
+			add("connections[%d].secretHash must start with sha256:", i)
+		}
+	}
+	return errors.Join(errs...)
+}

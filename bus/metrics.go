@@ -1,0 +1,56 @@
+package bus
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the bus's Prometheus metrics.
+type Metrics struct {
+	Registry  *prometheus.Registry
+	requests  *prometheus.CounterVec
+	latency   *prometheus.HistogramVec
+	storeOps  *prometheus.HistogramVec
+	policyErr *prometheus.CounterVec
+}
+
+// NewMetrics registers the bus's metrics, with Go and process collectors,
+// on a fresh registry.
+func NewMetrics() *Metrics {
+	m := &Metrics{
+		Registry: prometheus.NewRegistry(),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "storybus_publish_requests_total",
+			Help: "Publish API requests by workspace, HTTP status and rule (empty when accepted).",
+		}, []string{"workspace", "status", "rule"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "storybus_publish_duration_seconds",
+			Help:    "Time to answer a publish request, by workspace and HTTP status.",
+			Buckets: []float64{.0005, .001, .002, .005, .01, .02, .05, .1, .25, .5, 1, 2.5, 5},
+		}, []string{"workspace", "status"}),
+		storeOps: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "storybus_store_operation_duration_seconds",
+			Help:    "Latency of JetStream operations by operation.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .002, .005, .01, .025, .05, .1, .5, 1},
+		}, []string{"workspace", "op"}),
+		policyErr: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "storybus_config_reload_errors_total",
+			Help: "Workspace configurations or policies that failed to load; the previous one stays in force.",
+		}, []string{"workspace"}),
+	}
+	m.Registry.MustRegister(m.requests, m.latency, m.storeOps, m.policyErr,
+		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	return m
+}
+
+func (m *Metrics) observeRequest(workspace, status, rule string, d time.Duration) {
+	m.requests.WithLabelValues(workspace, status, rule).Inc()
+	m.latency.WithLabelValues(workspace, status).Observe(d.Seconds())
+}
+
+func (m *Metrics) storeObserver(workspace string) func(string, time.Duration) {
+	return func(op string, d time.Duration) {
+		m.storeOps.WithLabelValues(workspace, op).Observe(d.Seconds())
+	}
+}

@@ -1,0 +1,575 @@
+// Package publish is the bus's idempotent publish core: stages 10 to 13 of
+// the publish pipeline. It records a message_id with the hash of its
+// content, publishes the message to the workspace's topic, and marks the
+// record published, so that a retry of the same message is answered
+// without publishing twice (SPEC §5, the "Retries and idempotency" page).
+//
+// Every write that decides who owns a record or a story head is a
+// compare-and-swap on JetStream. A story's head is the last message on its
+// subject in the topic stream, so a snapshot is published with an expected
+// last subject sequence and no separate head record is written. Marking a
+// record published does not delay the answer: once the topic acknowledged
+// the message it is published, and a lost mark is covered by the 30 s lease
+// and the topic's duplicate window.
+package publish
+
+import (
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/storybus/storybus/bus/rules"
+	"github.com/storybus/storybus/bus/som"
+	"github.com/storybus/storybus/bus/store"
+)
+
+// Lease is how long a recorded but unconfirmed message belongs to the
+// attempt that recorded it. A retry within the lease is answered 503
+// message.in_flight; after it, the retry takes the record over.
+const Lease = 30 * time.Second
+
+// FamilyStoryContext is the snapshot family: the only one with story heads.
+const FamilyStoryContext = "story-context"
+
+// Clock tells the time the lease is measured against. Tests inject one to
+// cross the 30 s and 7-day boundaries without sleeping.
+type Clock interface{ Now() time.Time }
+
+// SystemClock is the wall clock.
+type SystemClock struct{}
+
+// Now returns time.Now().
+func (SystemClock) Now() time.Time { return time.Now() }
+
+// FaultPoint names a step of the publish core where a fault can be injected.
+type FaultPoint string
+
+// The fault points, in the order a publish passes them.
+const (
+	// FaultAfterRecord: the record is written, nothing published.
+	FaultAfterRecord FaultPoint = "after-record"
+	// FaultBeforePublish: just before the topic publish (after the head check).
+	FaultBeforePublish FaultPoint = "before-publish"
+	// FaultPublish: an error returned here is the publish's definite failure.
+	FaultPublish FaultPoint = "publish"
+	// FaultAfterPublish: published, the record not yet marked.
+	FaultAfterPublish FaultPoint = "after-publish"
+	// FaultRemove: an error returned here is the failure of removing a record.
+	FaultRemove FaultPoint = "remove"
+	// FaultMark: an error returned here is the failure of the mark.
+	FaultMark FaultPoint = "mark"
+)
+
+// FaultPoints lists every fault point.
+var FaultPoints = []FaultPoint{FaultAfterRecord, FaultBeforePublish, FaultPublish, FaultAfterPublish, FaultRemove, FaultMark}
+
+// ErrStop, returned by a fault hook, abandons the publish as if the process
+// had stopped at that point: no answer is given and nothing is cleaned up.
+var ErrStop = errors.New("publish: stopped at a fault point")
+
+// Faults is called at every fault point; nil means no faults.
+type Faults func(ctx context.Context, point FaultPoint, messageID string) error
+
+// Publisher publishes a message to the topic. *jetstream.JetStream is one;
+// tests wrap it to count publish calls.
+type Publisher interface {
+	PublishMsg(ctx context.Context, msg *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error)
+}
+
+// Decision is the workspace policy's verdict on a message (stage 12).
+type Decision struct {
+	// Refusal, when set, refuses the message.
+	Refusal *rules.Violation
+	// Warnings are reported under tolerated.
+	Warnings []rules.Violation
+	// Owner is the story's owner after this snapshot.
+	Owner string
+}
+
+// PolicyFunc decides stage 12 for a message given its story's head (an
+// empty head for other families).
+type PolicyFunc func(head Head) Decision
+
+// Input is one message that passed stages 1 to 9.
+type Input struct {
+	Msg *som.Message
+	// Hash is the SHA-256 of the message's canonical JSON.
+	Hash [32]byte
+	// Warnings are SOM's warnings (stage 8), always reported.
+	Warnings []rules.Violation
+	// Policy decides stage 12; nil accepts everything.
+	Policy PolicyFunc
+}
+
+// Outcome is the answer to a publish.
+type Outcome struct {
+	// Status is 202, 200 (duplicate) or the refusal's status.
+	Status int
+	// Duplicate is set on 200.
+	Duplicate bool
+	// Tolerated lists warnings of an accepted message.
+	Tolerated []rules.Violation
+	// Refusal is set when the message was refused.
+	Refusal *rules.Violation
+	// RetryAfter, when set, is how long the producer should wait.
+	RetryAfter time.Duration
+	// Abandoned is set when a fault point stopped the publish: the HTTP
+	// layer drops the connection without an answer.
+	Abandoned bool
+}
+
+// Options configure a Core.
+type Options struct {
+	Clock Clock
+	// Faults is called at every fault point.
+	Faults Faults
+	// Publisher publishes to the topic; default the store's JetStream.
+	Publisher Publisher
+	// OpTimeout bounds every store operation; default 5s.
+	OpTimeout time.Duration
+	// HeadCacheSize bounds the story heads kept in memory; default 100,000.
+	HeadCacheSize int
+	// Logger receives internal errors.
+	Logger *slog.Logger
+	// Observe, when set, is told each store operation's latency.
+	Observe func(op string, d time.Duration)
+}
+
+// Core is the publish core of one workspace.
+type Core struct {
+	ws        *store.Workspace
+	pub       Publisher
+	clock     Clock
+	faults    Faults
+	opTimeout time.Duration
+	log       *slog.Logger
+	observe   func(string, time.Duration)
+	heads     *headCache
+
+	// marking holds the keys of messages this process published whose
+	// record is not yet marked: a retry of one of them is a duplicate.
+	marking sync.Map
+	marks   sync.WaitGroup
+}
+
+// New returns the publish core of the workspace.
+func New(ws *store.Workspace, js jetstream.JetStream, o Options) *Core {
+	c := &Core{
+		ws:        ws,
+		pub:       o.Publisher,
+		clock:     o.Clock,
+		faults:    o.Faults,
+		opTimeout: o.OpTimeout,
+		log:       o.Logger,
+		observe:   o.Observe,
+		heads:     newHeadCache(o.HeadCacheSize),
+	}
+	if c.pub == nil {
+		c.pub = js
+	}
+	if c.clock == nil {
+		c.clock = SystemClock{}
+	}
+	if c.opTimeout <= 0 {
+		c.opTimeout = 5 * time.Second
+	}
+	if c.log == nil {
+		c.log = slog.Default()
+	}
+	if c.observe == nil {
+		c.observe = func(string, time.Duration) {}
+	}
+	if o.HeadCacheSize <= 0 {
+		c.heads = newHeadCache(100_000)
+	}
+	return c
+}
+
+// Wait blocks until every pending mark has been written or has failed.
+func (c *Core) Wait() { c.marks.Wait() }
+
+// Record states.
+const (
+	stateRecorded   = "recorded"
+	statePublished  = "published"
+	stateSuperseded = "superseded"
+)
+
+// record is the value stored per (workspace, message_id).
+type record struct {
+	Hash  string `json:"h"`
+	State string `json:"s"`
+}
+
+func encodeRecord(hash, state string) []byte {
+	b, _ := json.Marshal(record{Hash: hash, State: state})
+	return b
+}
+
+// attempt carries one publish through the core.
+type attempt struct {
+	c        *Core
+	in       Input
+	msg      *som.Message
+	key      string
+	hash     string
+	subject  string
+	snapshot bool
+	start    time.Time
+	head     Head
+	rev      uint64
+	decision Decision
+	seqWarn  []rules.Violation
+}
+
+// Publish runs stages 10 to 13 for a message.
+func (c *Core) Publish(ctx context.Context, in Input) Outcome {
+	msg := in.Msg
+	key := msg.Family
+	if msg.StoryID != "" {
+		key = msg.StoryID
+	} else if id, ok := msg.Doc["payload"].(map[string]any)["asset_id"].(string); ok {
+		key = id
+	}
+	a := &attempt{
+		c:        c,
+		in:       in,
+		msg:      msg,
+		key:      store.EncodeToken(msg.MessageID),
+		hash:     hex.EncodeToString(in.Hash[:]),
+		subject:  store.Subject(c.ws.ID, msg.Family, key),
+		snapshot: msg.Family == FamilyStoryContext,
+		// Contention compares server timestamps with the real time this
+		// attempt started, not the injectable lease clock.
+		start: time.Now(),
+	}
+	return a.run(ctx)
+}
+
+func (a *attempt) run(ctx context.Context) Outcome {
+	// Stages 11 and 12 are checked before recording, so a refused message
+	// costs no write. Stage 10 still comes first: an existing record for
+	// the message_id decides before any refusal.
+	if a.snapshot {
+		if h, ok := a.c.heads.get(a.msg.StoryID); ok {
+			a.head = h
+		}
+		// An unknown story is assumed new; the compare-and-swap proves it.
+	}
+	if refusal := a.evaluate(); refusal != nil {
+		entry, err := a.c.getRecord(ctx, a.key)
+		switch {
+		case err != nil:
+			return a.c.unavailable(err, "read record")
+		case entry != nil:
+			return a.existing(ctx, entry)
+		}
+		return refuse(*refusal)
+	}
+
+	t0 := time.Now()
+	cctx, cancel := context.WithTimeout(ctx, a.c.opTimeout)
+	rev, err := a.c.ws.Records.Create(cctx, a.key, encodeRecord(a.hash, stateRecorded))
+	cancel()
+	a.c.observe("record_create", time.Since(t0))
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		entry, err := a.c.getRecord(ctx, a.key)
+		if err != nil {
+			return a.c.unavailable(err, "read record")
+		}
+		if entry == nil { // removed in between: the other attempt failed
+			return a.retryLater(rules.MessageInFlight, "an earlier attempt of this message was just removed; retry", time.Second)
+		}
+		return a.existing(ctx, entry)
+	}
+	if err != nil {
+		return a.c.unavailable(err, "create record")
+	}
+	a.rev = rev
+	if err := a.c.fault(ctx, FaultAfterRecord, a.msg.MessageID); err != nil {
+		return Outcome{Abandoned: true}
+	}
+	return a.commit(ctx, false)
+}
+
+// evaluate applies the snapshot-order rules and the workspace policy to the
+// current head, and returns a refusal if either refuses.
+func (a *attempt) evaluate() *rules.Violation {
+	a.seqWarn = nil
+	if a.snapshot {
+		refusal, warnings := CheckSequence(a.head, a.msg.SequenceNumber)
+		if refusal != nil {
+			return refusal
+		}
+		a.seqWarn = warnings
+	}
+	a.decision = Decision{Owner: a.head.Owner}
+	if a.decision.Owner == "" {
+		a.decision.Owner = a.msg.SystemID
+	}
+	if a.in.Policy != nil {
+		a.decision = a.in.Policy(a.head)
+	}
+	return a.decision.Refusal
+}
+
+// commit publishes a recorded message (stage 13). A republication (the
+// takeover of a record left unpublished) reports only SOM warnings and is
+// superseded, never contended, by a newer snapshot.
+func (a *attempt) commit(ctx context.Context, republish bool) Outcome {
+	for try := 0; ; try++ {
+		if err := a.c.fault(ctx, FaultBeforePublish, a.msg.MessageID); err != nil {
+			return Outcome{Abandoned: true}
+		}
+		err := a.c.fault(ctx, FaultPublish, a.msg.MessageID)
+		if errors.Is(err, ErrStop) {
+			return Outcome{Abandoned: true}
+		}
+		var ack *jetstream.PubAck
+		if err == nil {
+			ack, err = a.publish(ctx)
+		}
+		if err == nil {
+			if ferr := a.c.fault(ctx, FaultAfterPublish, a.msg.MessageID); ferr != nil {
+				return Outcome{Abandoned: true}
+			}
+			a.published(ack)
+			tolerated := append([]rules.Violation{}, a.in.Warnings...)
+			if !republish {
+				tolerated = append(append(tolerated, a.seqWarn...), a.decision.Warnings...)
+			}
+			return Outcome{Status: http.StatusAccepted, Tolerated: tolerated}
+		}
+		if !a.snapshot || !store.IsWrongLastSequence(err) {
+			return a.publishFailed(ctx, err)
+		}
+		// The story head moved since it was read.
+		fresh, rerr := a.c.readHead(ctx, a.subject)
+		if rerr != nil {
+			return a.c.unavailable(rerr, "read story head")
+		}
+		a.c.heads.put(a.msg.StoryID, fresh)
+		if republish {
+			if out, done := a.supersededBy(ctx, fresh); done {
+				return out
+			}
+			a.head = fresh
+			continue
+		}
+		if fresh.Time.After(a.start) || try >= 2 {
+			a.remove(ctx)
+			v := rules.New(rules.CommitContention, "another writer changed the story at the same moment; nothing was recorded", "/payload/story_id")
+			return refuse(v)
+		}
+		// Only this process's view of the head was behind: re-decide.
+		a.head = fresh
+		if refusal := a.evaluate(); refusal != nil {
+			a.remove(ctx)
+			return refuse(*refusal)
+		}
+	}
+}
+
+// publish sends the message to the topic, with a compare-and-swap on the
+// story head for snapshots.
+func (a *attempt) publish(ctx context.Context) (*jetstream.PubAck, error) {
+	m := &nats.Msg{Subject: a.subject, Data: a.msg.Raw, Header: nats.Header{}}
+	m.Header.Set(nats.MsgIdHdr, a.msg.MessageID)
+	m.Header.Set(HeaderMessageType, a.msg.MessageType)
+	m.Header.Set(HeaderSystemID, a.msg.SystemID)
+	opts := []jetstream.PublishOpt{}
+	if a.snapshot {
+		m.Header.Set(HeaderSequence, strconv.FormatInt(a.msg.SequenceNumber, 10))
+		m.Header.Set(HeaderState, a.msg.State)
+		m.Header.Set(HeaderOwner, a.decision.Owner)
+		opts = append(opts, jetstream.WithExpectLastSequencePerSubject(a.head.SubjectSeq))
+	}
+	t0 := time.Now()
+	cctx, cancel := context.WithTimeout(ctx, a.c.opTimeout)
+	defer cancel()
+	ack, err := a.c.pub.PublishMsg(cctx, m, opts...)
+	a.c.observe("publish", time.Since(t0))
+	return ack, err
+}
+
+// published updates the head cache and marks the record, off the answer's
+// critical path.
+func (a *attempt) published(ack *jetstream.PubAck) {
+	if a.snapshot && ack != nil && !ack.Duplicate {
+		a.c.heads.put(a.msg.StoryID, Head{
+			Exists: true, SubjectSeq: ack.Sequence, SequenceNumber: a.msg.SequenceNumber,
+			State: a.msg.State, Owner: a.decision.Owner, MessageID: a.msg.MessageID, Time: time.Now(),
+		})
+	}
+	a.c.mark(a.key, a.rev, a.hash, statePublished)
+}
+
+// publishFailed handles a failed publish. A definite failure (the store
+// answered no) removes the record so the retry is checked as new; an
+// unknown outcome (a timeout) leaves it to the lease and the topic's
+// duplicate window.
+func (a *attempt) publishFailed(ctx context.Context, err error) Outcome {
+	a.c.log.Warn("publish failed", "workspace", a.c.ws.ID, "messageID", a.msg.MessageID, "error", err)
+	if isDefinite(err) {
+		a.remove(ctx)
+	}
+	return a.retryLater(rules.BusPublishFailed, "the message was not published; retry with the same message_id and body", time.Second)
+}
+
+func isDefinite(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) || errors.Is(err, nats.ErrNoResponders) ||
+		errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, errInjected)
+}
+
+// errInjected marks a failure injected at a fault point as definite.
+var errInjected = errors.New("injected fault")
+
+// remove deletes this attempt's record, guarded by its revision. A failure
+// leaves the record to its lease.
+func (a *attempt) remove(ctx context.Context) {
+	if err := a.c.fault(ctx, FaultRemove, a.msg.MessageID); err != nil {
+		return
+	}
+	cctx, cancel := context.WithTimeout(ctx, a.c.opTimeout)
+	defer cancel()
+	if err := a.c.ws.Records.Delete(cctx, a.key, jetstream.LastRevision(a.rev)); err != nil {
+		a.c.log.Warn("removing record failed", "workspace", a.c.ws.ID, "messageID", a.msg.MessageID, "error", err)
+	}
+}
+
+// existing answers a message whose message_id has a record.
+func (a *attempt) existing(ctx context.Context, entry jetstream.KeyValueEntry) Outcome {
+	var rec record
+	if err := json.Unmarshal(entry.Value(), &rec); err != nil {
+		return a.c.unavailable(err, "decode record")
+	}
+	if rec.Hash != a.hash {
+		return refuse(rules.New(rules.MessageIDReused, "this message_id was used for a different message", "/message_id"))
+	}
+	switch rec.State {
+	case statePublished:
+		return Outcome{Status: http.StatusOK, Duplicate: true}
+	case stateSuperseded:
+		return refuse(rules.New(rules.MessageSuperseded, "the story accepted a newer snapshot since this one was recorded; it is not delivered", "/payload/sequence_number"))
+	}
+	if _, ok := a.c.marking.Load(a.key); ok {
+		return Outcome{Status: http.StatusOK, Duplicate: true}
+	}
+	if age := a.c.clock.Now().Sub(entry.Created()); age < Lease {
+		return a.retryLater(rules.MessageInFlight,
+			"an earlier attempt of this message was recorded "+age.Round(time.Millisecond).String()+" ago and is not confirmed published yet",
+			Lease-age)
+	}
+	// Take the record over: only one retry can win this compare-and-swap.
+	cctx, cancel := context.WithTimeout(ctx, a.c.opTimeout)
+	rev, err := a.c.ws.Records.Update(cctx, a.key, encodeRecord(a.hash, stateRecorded), entry.Revision())
+	cancel()
+	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) || store.IsWrongLastSequence(err) {
+		return a.retryLater(rules.MessageInFlight, "another retry of this message is publishing it", time.Second)
+	}
+	if err != nil {
+		return a.c.unavailable(err, "take over record")
+	}
+	a.rev = rev
+	if a.snapshot {
+		head, err := a.c.readHead(ctx, a.subject)
+		if err != nil {
+			return a.c.unavailable(err, "read story head")
+		}
+		a.c.heads.put(a.msg.StoryID, head)
+		if out, done := a.supersededBy(ctx, head); done {
+			return out
+		}
+		a.head = head
+		a.decision = Decision{Owner: head.Owner}
+		if a.decision.Owner == "" {
+			a.decision.Owner = a.msg.SystemID
+		}
+	}
+	return a.commit(ctx, true)
+}
+
+// supersededBy ends a republication when the story head shows the message
+// already published, or a newer snapshot accepted since.
+func (a *attempt) supersededBy(ctx context.Context, head Head) (Outcome, bool) {
+	switch {
+	case head.MessageID == a.msg.MessageID:
+		// The first attempt published it and stopped before marking.
+		a.c.mark(a.key, a.rev, a.hash, statePublished)
+		return Outcome{Status: http.StatusAccepted, Tolerated: append([]rules.Violation{}, a.in.Warnings...)}, true
+	case head.Exists && (head.SequenceNumber >= a.msg.SequenceNumber || head.State == StateKilled):
+		a.c.mark(a.key, a.rev, a.hash, stateSuperseded)
+		return refuse(rules.New(rules.MessageSuperseded, "the story accepted a newer snapshot since this one was recorded; it is not delivered", "/payload/sequence_number")), true
+	}
+	return Outcome{}, false
+}
+
+// mark writes the record's final state in the background, guarded by the
+// revision this attempt owns.
+func (c *Core) mark(key string, rev uint64, hash, state string) {
+	c.marking.Store(key, struct{}{})
+	c.marks.Add(1)
+	go func() {
+		defer c.marks.Done()
+		defer c.marking.Delete(key)
+		ctx, cancel := context.WithTimeout(context.Background(), c.opTimeout)
+		defer cancel()
+		if err := c.fault(ctx, FaultMark, key); err != nil {
+			return
+		}
+		t0 := time.Now()
+		_, err := c.ws.Records.Update(ctx, key, encodeRecord(hash, state), rev)
+		c.observe("record_mark", time.Since(t0))
+		if err != nil {
+			c.log.Warn("marking record failed; the lease covers it", "workspace", c.ws.ID, "key", key, "state", state, "error", err)
+		}
+	}()
+}
+
+func (c *Core) getRecord(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
+	cctx, cancel := context.WithTimeout(ctx, c.opTimeout)
+	defer cancel()
+	entry, err := c.ws.Records.Get(cctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, nil
+	}
+	return entry, err
+}
+
+// fault calls the fault hook. Any error but ErrStop becomes a definite,
+// injected failure.
+func (c *Core) fault(ctx context.Context, p FaultPoint, id string) error {
+	if c.faults == nil {
+		return nil
+	}
+	err := c.faults(ctx, p, id)
+	if err == nil || errors.Is(err, ErrStop) {
+		return err
+	}
+	return errors.Join(errInjected, err)
+}
+
+func (c *Core) unavailable(err error, op string) Outcome {
+	c.log.Error("record store unavailable", "workspace", c.ws.ID, "op", op, "error", err)
+	v := rules.New(rules.RegistryUnavailable, "the record store is unreachable; nothing was published", "")
+	return Outcome{Status: rules.Status(v.Rule), Refusal: &v, RetryAfter: time.Second}
+}
+
+func (a *attempt) retryLater(rule, message string, after time.Duration) Outcome {
+	v := rules.New(rule, message, "")
+	return Outcome{Status: rules.Status(rule), Refusal: &v, RetryAfter: after}
+}
+
+func refuse(v rules.Violation) Outcome {
+	return Outcome{Status: rules.Status(v.Rule), Refusal: &v}
+}

@@ -1,0 +1,135 @@
+package publish
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/storybus/storybus/bus/rules"
+)
+
+// Headers the bus sets on every message it publishes. Snapshot headers make
+// the story's last message on its subject the story head: no separate head
+// record is written.
+const (
+	HeaderMessageType = "Storybus-Message-Type"
+	HeaderSystemID    = "Storybus-System-Id"
+	HeaderSequence    = "Storybus-Sequence"
+	HeaderState       = "Storybus-State"
+	HeaderOwner       = "Storybus-Owner"
+)
+
+// StateKilled is the terminal snapshot state.
+const StateKilled = "killed"
+
+// Head is what the bus knows of a story's latest accepted snapshot.
+type Head struct {
+	// Exists is false for a story with no accepted snapshot.
+	Exists bool
+	// SubjectSeq is the stream sequence of the head message: the expected
+	// last subject sequence of the next snapshot's compare-and-swap.
+	SubjectSeq uint64
+	// SequenceNumber and State are the head snapshot's.
+	SequenceNumber int64
+	State          string
+	// Owner is the story's owning system_id.
+	Owner string
+	// MessageID is the head snapshot's message_id.
+	MessageID string
+	// Time is the server's timestamp of the head message.
+	Time time.Time
+}
+
+// CheckSequence applies SOM's snapshot-order rules to a snapshot with
+// sequence number seq over the story head h.
+func CheckSequence(h Head, seq int64) (refusal *rules.Violation, warnings []rules.Violation) {
+	const path = "/payload/sequence_number"
+	switch {
+	case h.Exists && h.State == StateKilled:
+		v := rules.New(rules.SequenceTerminal, "the story was killed (sequence_number "+strconv.FormatInt(h.SequenceNumber, 10)+") and accepts no more snapshots", path)
+		return &v, nil
+	case h.Exists && seq <= h.SequenceNumber:
+		v := rules.New(rules.SequenceStale, "sequence_number must exceed the story's latest accepted "+strconv.FormatInt(h.SequenceNumber, 10), path)
+		return &v, nil
+	case h.Exists && seq > h.SequenceNumber+1:
+		return nil, []rules.Violation{rules.New(rules.SequenceGap, "sequence_number jumps from "+strconv.FormatInt(h.SequenceNumber, 10)+" to "+strconv.FormatInt(seq, 10), path)}
+	case !h.Exists && seq != 1:
+		return nil, []rules.Violation{rules.New(rules.SequenceStart, "the story's first snapshot has sequence_number "+strconv.FormatInt(seq, 10)+", not 1", path)}
+	}
+	return nil, nil
+}
+
+// headFromMsg reads a story head from the story subject's last message.
+func headFromMsg(m *jetstream.RawStreamMsg) Head {
+	seq, _ := strconv.ParseInt(m.Header.Get(HeaderSequence), 10, 64)
+	return Head{
+		Exists:         true,
+		SubjectSeq:     m.Sequence,
+		SequenceNumber: seq,
+		State:          m.Header.Get(HeaderState),
+		Owner:          m.Header.Get(HeaderOwner),
+		MessageID:      m.Header.Get(nats.MsgIdHdr),
+		Time:           m.Time,
+	}
+}
+
+// headCache remembers story heads this process has seen. A cached head can
+// only be behind the store (sequence numbers only grow), so a refusal from
+// it is always right and an acceptance is confirmed by the publish's
+// compare-and-swap on the story subject.
+type headCache struct {
+	mu    sync.Mutex
+	heads map[string]Head
+	max   int
+}
+
+func newHeadCache(max int) *headCache {
+	return &headCache{heads: make(map[string]Head), max: max}
+}
+
+func (c *headCache) get(story string) (Head, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	h, ok := c.heads[story]
+	return h, ok
+}
+
+// put stores h unless the cache already holds a later head.
+func (c *headCache) put(story string, h Head) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if old, ok := c.heads[story]; ok && old.SubjectSeq > h.SubjectSeq {
+		return
+	}
+	if len(c.heads) >= c.max {
+		// Evict an arbitrary tenth: a forgotten head is re-read on demand.
+		n := c.max / 10
+		for k := range c.heads {
+			if n <= 0 {
+				break
+			}
+			delete(c.heads, k)
+			n--
+		}
+	}
+	c.heads[story] = h
+}
+
+// readHead reads a story's head from the store.
+func (c *Core) readHead(ctx context.Context, subject string) (Head, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.opTimeout)
+	defer cancel()
+	m, err := c.ws.Stream.GetLastMsgForSubject(ctx, subject)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return Head{}, nil
+	}
+	if err != nil {
+		return Head{}, err
+	}
+	return headFromMsg(m), nil
+}

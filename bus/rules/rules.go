@@ -1,0 +1,262 @@
+// Package rules is the catalogue of every rule id the bus can answer with:
+// its HTTP status, its source, what it means and how a producer fixes it.
+//
+// The catalogue is the single source of truth for refusals and warnings. The
+// HTTP layer maps a Violation to an answer through it, docs/rules.md is
+// generated from it, and tests fail when the bus emits a rule it lacks.
+package rules
+
+import (
+	"fmt"
+	"net/http"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+)
+
+// Source says who refuses: SOM 1.0 (schema, conformance), SOM's snapshot
+// order rules (sequence), or the bus's own rules (policy).
+type Source string
+
+// The sources of SPEC §3.2.
+const (
+	SourceSchema      Source = "schema"
+	SourceConformance Source = "conformance"
+	SourceSequence    Source = "sequence"
+	SourcePolicy      Source = "policy"
+)
+
+// Rule is one catalogue entry.
+type Rule struct {
+	// ID is stable: producers branch on it.
+	ID string
+	// Status is the HTTP status of a refusal under this rule. A rule that
+	// is only ever a warning has Status 0.
+	Status int
+	// Source is who says no.
+	Source Source
+	// Stage is the stage of SPEC §3.2 that decides the rule.
+	Stage int
+	// Warning is true when the rule can be reported under "tolerated".
+	Warning bool
+	// Retry says whether retrying the same message can help.
+	Retry string
+	// Meaning is one sentence for people.
+	Meaning string
+	// Fix says what the producer should do.
+	Fix string
+}
+
+// Violation is one entry of an answer's "violations" or "tolerated" list.
+type Violation struct {
+	Source  Source `json:"source"`
+	Rule    string `json:"rule"`
+	Message string `json:"message"`
+	Path    string `json:"path,omitempty"`
+}
+
+// Policy, sequence and conformance rule ids used by the bus's Go code.
+const (
+	MessageTooLarge        = "message.too_large"
+	AuthTokenMissing       = "auth.token.missing"
+	AuthTokenInvalid       = "auth.token.invalid"
+	AuthTokenExpired       = "auth.token.expired"
+	AuthTokenRevoked       = "auth.token.revoked"
+	AuthCredentialsInvalid = "auth.credentials.invalid"
+	ConnectionInactive     = "connection.inactive"
+	WorkspaceMismatch      = "workspace.mismatch"
+	IAMRoleUnverified      = "iam.role.unverified"
+	RequestBlocked         = "request.blocked"
+	RateLimited            = "rate.limited"
+	QuotaExceeded          = "quota.exceeded"
+	MessageNotJSON         = "message.not_json"
+	GrantSystemID          = "grant.system_id"
+	GrantMessageType       = "grant.message_type"
+	MessageIDReused        = "message_id.reused"
+	MessageInFlight        = "message.in_flight"
+	MessageSuperseded      = "message.superseded"
+	SequenceStale          = "sequence.stale"
+	SequenceTerminal       = "sequence.terminal"
+	SequenceGap            = "sequence.gap"
+	SequenceStart          = "sequence.start"
+	StoryNotOwner          = "story.not_owner"
+	CommitContention       = "commit.contention"
+	BusPublishFailed       = "bus.publish_failed"
+	RegistryUnavailable    = "registry.unavailable"
+	BusUnavailable         = "bus.unavailable"
+)
+
+const (
+	retryNo      = "No"
+	retryBackoff = "Yes, with backoff"
+)
+
+// policyRules are the bus's own rules and SOM's snapshot-order rules.
+var policyRules = []Rule{
+	{ID: MessageTooLarge, Status: http.StatusRequestEntityTooLarge, Source: SourcePolicy, Stage: 2, Retry: retryNo,
+		Meaning: "The body is over 240,000 bytes.",
+		Fix:     "Send content by reference (body_ref, assets[].ref), not inline. Move media and long text out."},
+	{ID: AuthTokenMissing, Status: http.StatusUnauthorized, Source: SourcePolicy, Stage: 3, Retry: "Once, with a new token",
+		Meaning: "No bearer token was sent.",
+		Fix:     "Get a token from POST /v1/tenants/{t}/tokens and send it as Authorization: Bearer <token>."},
+	{ID: AuthTokenInvalid, Status: http.StatusUnauthorized, Source: SourcePolicy, Stage: 3, Retry: "Once, with a new token",
+		Meaning: "The token is malformed, badly signed, or not for this bus.",
+		Fix:     "Get a new token. If a fresh token is refused too, the client is misconfigured: stop and alert."},
+	{ID: AuthTokenExpired, Status: http.StatusUnauthorized, Source: SourcePolicy, Stage: 3, Retry: "Once, with a new token",
+		Meaning: "The token has expired.",
+		Fix:     "Get a new token and retry once."},
+	{ID: AuthTokenRevoked, Status: http.StatusUnauthorized, Source: SourcePolicy, Stage: 3, Retry: "Once, with a new token",
+		Meaning: "The token was issued before the connection's last secret rotation.",
+		Fix:     "Get a new token with the connection's current secret and retry once."},
+	{ID: AuthCredentialsInvalid, Status: http.StatusUnauthorized, Source: SourcePolicy, Stage: 3, Retry: retryNo,
+		Meaning: "The token endpoint did not recognise the client id and secret.",
+		Fix:     "Check the connection's credentials Secret; after a rotation, use the new secret."},
+	{ID: ConnectionInactive, Status: http.StatusForbidden, Source: SourcePolicy, Stage: 4, Retry: retryNo,
+		Meaning: "The connection is not active.",
+		Fix:     "Configuration: ask a workspace admin to activate the connection."},
+	{ID: WorkspaceMismatch, Status: http.StatusForbidden, Source: SourcePolicy, Stage: 4, Retry: retryNo,
+		Meaning: "The token was issued for another workspace.",
+		Fix:     "Configuration: publish to the workspace the token was issued for, or get a token from this one."},
+	{ID: IAMRoleUnverified, Status: http.StatusForbidden, Source: SourcePolicy, Stage: 4, Retry: retryNo,
+		Meaning: "The connection's AWS IAM role has not been verified by a workspace admin.",
+		Fix:     "Configuration: ask a workspace admin to verify the role."},
+	{ID: RequestBlocked, Status: http.StatusForbidden, Source: SourcePolicy, Stage: 5, Retry: retryNo,
+		Meaning: "The workspace's firewall refused the request (client address, content type, JSON depth or a blocked pattern).",
+		Fix:     "Check what your client sends; ask the workspace admin if it is a normal message."},
+	{ID: RateLimited, Status: http.StatusTooManyRequests, Source: SourcePolicy, Stage: 6, Retry: retryBackoff,
+		Meaning: "The connection is over its request rate.",
+		Fix:     "Retry the same message later, honouring Retry-After."},
+	{ID: QuotaExceeded, Status: http.StatusTooManyRequests, Source: SourcePolicy, Stage: 6, Retry: retryBackoff,
+		Meaning: "The connection has used its daily allowance of accepted messages (UTC day).",
+		Fix:     "Retry the same message after Retry-After (the next UTC midnight), or ask for a larger quota."},
+	{ID: MessageNotJSON, Status: http.StatusBadRequest, Source: SourcePolicy, Stage: 7, Retry: retryNo,
+		Meaning: "The body is not one JSON object: not JSON, not UTF-8, not an object, trailing data, a duplicate member name, nesting deeper than 64 levels, a number outside IEEE 754 double range, or a Content-Type other than JSON.",
+		Fix:     "A bug in your product: send one JSON object with Content-Type: application/json."},
+	{ID: GrantSystemID, Status: http.StatusForbidden, Source: SourcePolicy, Stage: 9, Retry: retryNo,
+		Meaning: "The message's system_id is outside the connection's grants.",
+		Fix:     "Configuration: publish as a granted system_id, or ask a workspace admin to extend the Grant."},
+	{ID: GrantMessageType, Status: http.StatusForbidden, Source: SourcePolicy, Stage: 9, Retry: retryNo,
+		Meaning: "The message_type is outside the connection's grants.",
+		Fix:     "Configuration: ask a workspace admin to extend the Grant."},
+	{ID: MessageIDReused, Status: http.StatusConflict, Source: SourcePolicy, Stage: 10, Retry: retryNo,
+		Meaning: "This message_id was used for a different message (content is compared as canonical JSON, timestamp included).",
+		Fix:     "A bug: every new message needs a new message_id. A retry must resend the identical message."},
+	{ID: MessageInFlight, Status: http.StatusServiceUnavailable, Source: SourcePolicy, Stage: 10, Retry: retryBackoff,
+		Meaning: "An earlier attempt of this message was recorded less than 30 seconds ago and is not confirmed published yet. Nothing new was accepted.",
+		Fix:     "Retry with the same message_id and body, with backoff, for at least 30 seconds."},
+	{ID: MessageSuperseded, Status: http.StatusConflict, Source: SourcePolicy, Stage: 10, Retry: retryNo,
+		Meaning: "A retried snapshot was recorded but never published, and its story has accepted a newer snapshot since. It is not delivered.",
+		Fix:     "Nothing: the newer snapshot supersedes it. For a change, send a new snapshot from current state with a new message_id."},
+	{ID: SequenceStale, Status: http.StatusConflict, Source: SourceSequence, Stage: 11, Retry: "Not this message",
+		Meaning: "The snapshot's sequence_number does not exceed the story's latest accepted one.",
+		Fix:     "Rebuild a complete snapshot from current state with the next sequence_number and a new message_id."},
+	{ID: SequenceTerminal, Status: http.StatusConflict, Source: SourceSequence, Stage: 11, Retry: "Not this message",
+		Meaning: "The story's latest accepted snapshot is killed; a killed story accepts no more snapshots.",
+		Fix:     "A terminal story stays terminal: tell the user."},
+	{ID: SequenceGap, Source: SourceSequence, Stage: 11, Warning: true, Retry: "-",
+		Meaning: "Warning: the sequence_number jumps by more than one over the story's latest accepted snapshot.",
+		Fix:     "Nothing needed: the snapshot was accepted. Check your product does not skip snapshots."},
+	{ID: SequenceStart, Source: SourceSequence, Stage: 11, Warning: true, Retry: "-",
+		Meaning: "Warning: the story's first accepted snapshot has a sequence_number other than 1.",
+		Fix:     "Nothing needed: the snapshot was accepted. Start new stories at 1."},
+	{ID: StoryNotOwner, Status: http.StatusConflict, Source: SourcePolicy, Stage: 12, Warning: true, Retry: retryNo,
+		Meaning: "The publishing system does not own the story. A warning when the workspace tolerates it (the default), 409 when it refuses.",
+		Fix:     "Publish from the story's owner, or ask a workspace admin for a hand-off."},
+	{ID: CommitContention, Status: http.StatusConflict, Source: SourcePolicy, Stage: 13, Retry: "With a fresh snapshot",
+		Meaning: "Another writer changed the story at the same moment. Nothing was recorded for this message.",
+		Fix:     "Rebuild the snapshot from current state and send it after a moment. If it keeps happening, two processes write one story."},
+	{ID: BusPublishFailed, Status: http.StatusServiceUnavailable, Source: SourcePolicy, Stage: 13, Retry: retryBackoff,
+		Meaning: "Publishing to the topic failed. The message was not published and its record was removed.",
+		Fix:     "Retry with the same message_id and body."},
+	{ID: RegistryUnavailable, Status: http.StatusServiceUnavailable, Source: SourcePolicy, Stage: 13, Retry: retryBackoff,
+		Meaning: "The record store is unreachable. Nothing was published.",
+		Fix:     "Retry with the same message_id and body."},
+	{ID: BusUnavailable, Status: http.StatusServiceUnavailable, Source: SourcePolicy, Stage: 13, Retry: retryBackoff,
+		Meaning: "The bus hit an internal error and answered without publishing; the cause is in the bus's logs.",
+		Fix:     "Retry with the same message_id and body."},
+}
+
+var (
+	catalogueOnce sync.Once
+	catalogue     []Rule
+	byID          map[string]Rule
+)
+
+func load() {
+	catalogueOnce.Do(func() {
+		all := slices.Concat(policyRules, schemaRules, conformanceRules)
+		sort.SliceStable(all, func(i, j int) bool {
+			if all[i].Stage != all[j].Stage {
+				return all[i].Stage < all[j].Stage
+			}
+			return all[i].ID < all[j].ID
+		})
+		byID = make(map[string]Rule, len(all))
+		for _, r := range all {
+			if _, dup := byID[r.ID]; dup {
+				panic(fmt.Sprintf("rules: %q catalogued twice", r.ID))
+			}
+			byID[r.ID] = r
+		}
+		catalogue = all
+	})
+}
+
+// All returns every catalogued rule, ordered by stage then id.
+func All() []Rule {
+	load()
+	return slices.Clone(catalogue)
+}
+
+// Lookup returns the rule with the given id.
+func Lookup(id string) (Rule, bool) {
+	load()
+	r, ok := byID[id]
+	return r, ok
+}
+
+// Status returns the HTTP status of a refusal under the rule id, or 503 for
+// an id the catalogue lacks, so that a programming error can never produce
+// an undocumented answer.
+func Status(id string) int {
+	if r, ok := Lookup(id); ok && r.Status != 0 {
+		return r.Status
+	}
+	return http.StatusServiceUnavailable
+}
+
+// New returns a violation of the catalogued rule id, with its source.
+func New(id, message, path string) Violation {
+	r, _ := Lookup(id)
+	src := r.Source
+	if src == "" {
+		src = SourcePolicy
+	}
+	return Violation{Source: src, Rule: id, Message: message, Path: path}
+}
+
+// Markdown renders the catalogue as docs/rules.md.
+func Markdown() string {
+	var b strings.Builder
+	b.WriteString("# Rule catalogue\n\n")
+	b.WriteString("<!-- Generated from bus/rules by `make docs`; do not edit by hand. -->\n\n")
+	b.WriteString("Every refusal and warning the bus answers with has a stable rule id. Branch on `rule`, never on `message`.\n")
+	b.WriteString("A rule marked *warning* appears under `tolerated` in a 202 answer; a status is given where the rule refuses.\n\n")
+	b.WriteString("| rule | status | source | stage | retry? | meaning | how to fix |\n")
+	b.WriteString("|---|---|---|---|---|---|---|\n")
+	for _, r := range All() {
+		status := "warning"
+		if r.Status != 0 {
+			status = fmt.Sprint(r.Status)
+			if r.Warning {
+				status += " or warning"
+			}
+		}
+		fmt.Fprintf(&b, "| `%s` | %s | %s | %d | %s | %s | %s |\n",
+			r.ID, status, r.Source, r.Stage, r.Retry, escapeCell(r.Meaning), escapeCell(r.Fix))
+	}
+	return b.String()
+}
+
+func escapeCell(s string) string { return strings.ReplaceAll(s, "|", `\|`) }

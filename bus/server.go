@@ -1,0 +1,216 @@
+// Package bus is the bus's HTTP server: the per-workspace publish and token
+// routes, composed of the stages of SPEC §3.2 in order, over the idempotent
+// publish core of package publish, and the operations endpoints (health,
+// readiness, metrics).
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/storybus/storybus/bus/config"
+	"github.com/storybus/storybus/bus/publish"
+	"github.com/storybus/storybus/bus/store"
+)
+
+// MaxBodyBytes is the largest message the bus accepts.
+const MaxBodyBytes = 240_000
+
+// Options configure a Server.
+type Options struct {
+	// Store is the JetStream connection.
+	Store *store.Store
+	// Clock is the lease clock and the clock tokens are checked against.
+	Clock publish.Clock
+	// Faults are the publish core's fault points (tests, fault drills).
+	Faults publish.Faults
+	// Publisher overrides the topic publisher (tests count calls).
+	Publisher publish.Publisher
+	// TopicRetention is how long the topic keeps messages; 0 keeps them
+	// until the store's limits.
+	TopicRetention time.Duration
+	// RequestTimeout bounds a whole publish; default 10s.
+	RequestTimeout time.Duration
+	Logger         *slog.Logger
+	Metrics        *Metrics
+}
+
+// Server serves the publish API of one or more workspaces.
+type Server struct {
+	opts       Options
+	log        *slog.Logger
+	metrics    *Metrics
+	mu         sync.Mutex // serialises Apply
+	workspaces atomic.Pointer[map[string]*workspace]
+	engine     *gin.Engine
+}
+
+// workspace is one served workspace: its current configuration, swapped
+// atomically on reload, and its publish core.
+type workspace struct {
+	id   string
+	cfg  atomic.Pointer[config.Workspace]
+	core *publish.Core
+}
+
+func init() { gin.SetMode(gin.ReleaseMode) }
+
+// New returns a server with no workspaces; Apply adds them.
+func New(o Options) *Server {
+	if o.Clock == nil {
+		o.Clock = publish.SystemClock{}
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Metrics == nil {
+		o.Metrics = NewMetrics()
+	}
+	if o.RequestTimeout <= 0 {
+		o.RequestTimeout = 10 * time.Second
+	}
+	s := &Server{opts: o, log: o.Logger, metrics: o.Metrics}
+	s.workspaces.Store(&map[string]*workspace{})
+	s.engine = s.routes()
+	return s
+}
+
+// Apply serves the workspace configuration, adding the workspace or
+// replacing its configuration in place without interrupting requests.
+func (s *Server) Apply(ctx context.Context, cfg *config.Workspace) error {
+	if err := cfg.Validate(); err != nil {
+		s.metrics.policyErr.WithLabelValues(cfg.ID).Inc()
+		return fmt.Errorf("workspace %q: %w", cfg.ID, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	current := *s.workspaces.Load()
+	if ws, ok := current[cfg.ID]; ok {
+		if _, err := s.opts.Store.OpenWorkspace(ctx, cfg.ID, cfg.IdempotencyWindow.Duration, s.opts.TopicRetention); err != nil {
+			return err
+		}
+		ws.cfg.Store(cfg)
+		return nil
+	}
+	sw, err := s.opts.Store.OpenWorkspace(ctx, cfg.ID, cfg.IdempotencyWindow.Duration, s.opts.TopicRetention)
+	if err != nil {
+		return err
+	}
+	ws := &workspace{id: cfg.ID, core: publish.New(sw, s.opts.Store.JS, publish.Options{
+		Clock:     s.opts.Clock,
+		Faults:    s.opts.Faults,
+		Publisher: s.opts.Publisher,
+		Logger:    s.log,
+		Observe:   s.metrics.storeObserver(cfg.ID),
+	})}
+	ws.cfg.Store(cfg)
+	next := make(map[string]*workspace, len(current)+1)
+	for k, v := range current {
+		next[k] = v
+	}
+	next[cfg.ID] = ws
+	s.workspaces.Store(&next)
+	s.log.Info("serving workspace", "workspace", cfg.ID, "connections", len(cfg.Connections))
+	return nil
+}
+
+// Config returns the configuration a workspace is served with.
+func (s *Server) Config(id string) (*config.Workspace, bool) {
+	ws, ok := (*s.workspaces.Load())[id]
+	if !ok {
+		return nil, false
+	}
+	return ws.cfg.Load(), true
+}
+
+// Wait blocks until every workspace's background record marks are done.
+func (s *Server) Wait() {
+	for _, ws := range *s.workspaces.Load() {
+		ws.core.Wait()
+	}
+}
+
+func (s *Server) workspace(id string) (*workspace, bool) {
+	ws, ok := (*s.workspaces.Load())[id]
+	return ws, ok
+}
+
+// Handler returns the publish API.
+func (s *Server) Handler() http.Handler { return s.engine }
+
+func (s *Server) routes() *gin.Engine {
+	r := gin.New()
+	// Unknown paths and methods get API Gateway's answer, never a redirect,
+	// a 404 or a 405.
+	r.RedirectTrailingSlash = false
+	r.RedirectFixedPath = false
+	r.HandleMethodNotAllowed = false
+	r.RemoveExtraSlash = false
+	r.UseRawPath = true
+	r.UnescapePathValues = false
+	r.Use(s.recovery)
+	r.NoRoute(missingAuthenticationToken)
+	r.NoMethod(missingAuthenticationToken)
+	v1 := r.Group("/v1/tenants/:tenant")
+	v1.POST("/messages", s.publish)
+	v1.POST("/tokens", s.token)
+	return r
+}
+
+// recovery turns a panic into the generic 503 and lets an aborted handler
+// drop the connection (the fault points' "process stopped").
+func (s *Server) recovery(c *gin.Context) {
+	defer func() {
+		if p := recover(); p != nil {
+			if p == http.ErrAbortHandler {
+				panic(p)
+			}
+			s.log.Error("handler panic", "path", c.Request.URL.Path, "panic", fmt.Sprint(p))
+			busUnavailable(c)
+			c.Abort()
+		}
+	}()
+	c.Next()
+}
+
+// OpsHandler returns the operations endpoints: /healthz, /readyz, /metrics.
+func (s *Server) OpsHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if err := s.Ready(ctx); err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = fmt.Fprintf(w, "not ready: %v\n", err)
+			return
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.Handle("/metrics", promhttp.HandlerFor(s.metrics.Registry, promhttp.HandlerOpts{Registry: s.metrics.Registry}))
+	return mux
+}
+
+// Ready reports whether the bus can serve: the store answers and at least
+// one workspace is configured.
+func (s *Server) Ready(ctx context.Context) error {
+	if len(*s.workspaces.Load()) == 0 {
+		return errors.New("no workspace configured")
+	}
+	if err := s.opts.Store.Ping(ctx); err != nil {
+		return fmt.Errorf("store: %w", err)
+	}
+	return nil
+}

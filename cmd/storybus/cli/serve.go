@@ -1,0 +1,187 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/spf13/cobra"
+
+	"github.com/storybus/storybus/bus"
+	"github.com/storybus/storybus/bus/config"
+	"github.com/storybus/storybus/bus/publish"
+	"github.com/storybus/storybus/bus/store"
+)
+
+// ServeOptions are the flags of `storybus serve`.
+type ServeOptions struct {
+	Configs        []string
+	Listen         string
+	OpsListen      string
+	DataDir        string
+	NATSURL        string
+	NATSCreds      string
+	NATSListen     string
+	Replicas       int
+	Sync           string
+	SyncInterval   time.Duration
+	TopicRetention time.Duration
+	LogFormat      string
+	// FaultKill names a publish fault point at which the process kills
+	// itself with SIGKILL: the crash drills of the fault tests.
+	FaultKill string
+}
+
+// Sync modes of the embedded JetStream.
+const (
+	SyncAlways   = "always"
+	SyncInterval = "interval"
+)
+
+func (o *ServeOptions) bind(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringVar(&o.Listen, "listen", ":8080", "address of the publish API")
+	f.StringVar(&o.OpsListen, "ops-listen", ":8081", "address of /healthz, /readyz and /metrics")
+	f.StringVar(&o.DataDir, "data-dir", "data", "JetStream file storage of the embedded store")
+	f.StringVar(&o.NATSURL, "nats-url", "", "URL of an external NATS cluster; empty runs JetStream embedded")
+	f.StringVar(&o.NATSCreds, "nats-credentials", "", "NATS credentials file for --nats-url")
+	f.StringVar(&o.NATSListen, "nats-listen", "", "also serve NATS clients (consumers) from the embedded store on this address")
+	f.IntVar(&o.Replicas, "replicas", 1, "replicas of every stream and bucket (3 on an external cluster)")
+	f.StringVar(&o.Sync, "sync", SyncAlways, "embedded JetStream fsync: always (every write) or interval")
+	f.DurationVar(&o.SyncInterval, "sync-interval", 0, "fsync period with --sync=interval (nats-server's default is 2m)")
+	f.DurationVar(&o.TopicRetention, "topic-retention", 0, "how long the topic keeps messages; 0 keeps them until the store's limits")
+	f.StringVar(&o.LogFormat, "log-format", "json", "log format: json or text")
+	f.StringVar(&o.FaultKill, "fault-kill", "", "crash drill: SIGKILL the process at this publish fault point")
+	_ = f.MarkHidden("fault-kill")
+}
+
+func (o *ServeOptions) validate() error {
+	if o.Sync != SyncAlways && o.Sync != SyncInterval {
+		return usageError{fmt.Errorf("--sync must be %s or %s", SyncAlways, SyncInterval)}
+	}
+	if o.FaultKill != "" {
+		known := false
+		for _, p := range publish.FaultPoints {
+			known = known || string(p) == o.FaultKill
+		}
+		if !known {
+			return usageError{fmt.Errorf("--fault-kill: unknown fault point %q", o.FaultKill)}
+		}
+	}
+	return nil
+}
+
+func newServeCommand() *cobra.Command {
+	o := &ServeOptions{}
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Serve the publish API of the workspaces in the configuration files",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if len(o.Configs) == 0 {
+				return usageError{errors.New("at least one --config is required")}
+			}
+			if err := o.validate(); err != nil {
+				return err
+			}
+			var cfgs []*config.Workspace
+			for _, p := range o.Configs {
+				cfg, err := config.Load(p)
+				if err != nil {
+					return err
+				}
+				cfgs = append(cfgs, cfg)
+			}
+			return Serve(cmd.Context(), *o, cfgs, newLogger(cmd.ErrOrStderr(), o.LogFormat), nil)
+		},
+	}
+	o.bind(cmd)
+	cmd.Flags().StringArrayVar(&o.Configs, "config", nil, "workspace configuration file (repeatable)")
+	return cmd
+}
+
+func newLogger(w interface{ Write([]byte) (int, error) }, format string) *slog.Logger {
+	if format == "text" {
+		return slog.New(slog.NewTextHandler(w, nil))
+	}
+	return slog.New(slog.NewJSONHandler(w, nil))
+}
+
+// Serve runs the bus until ctx ends: the store (embedded or external), the
+// publish API and the operations endpoints. ready, when set, is called with
+// the bound addresses once both listen.
+func Serve(ctx context.Context, o ServeOptions, cfgs []*config.Workspace, log *slog.Logger, ready func(api, ops net.Addr)) error {
+	var ns *server.Server
+	if o.NATSURL == "" {
+		var err error
+		ns, err = store.StartEmbedded(store.EmbeddedOptions{
+			DataDir:      o.DataDir,
+			SyncAlways:   o.Sync == SyncAlways,
+			SyncInterval: o.SyncInterval,
+			Listen:       o.NATSListen,
+		})
+		if err != nil {
+			return err
+		}
+		defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
+	}
+	st, err := store.Connect(store.Options{URL: o.NATSURL, Embedded: ns, CredentialsFile: o.NATSCreds, Replicas: o.Replicas, Name: "storybus-bus"})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+
+	var faults publish.Faults
+	if o.FaultKill != "" {
+		faults = func(_ context.Context, p publish.FaultPoint, _ string) error {
+			if string(p) == o.FaultKill {
+				_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			}
+			return nil
+		}
+	}
+	srv := bus.New(bus.Options{Store: st, Faults: faults, TopicRetention: o.TopicRetention, Logger: log})
+	for _, cfg := range cfgs {
+		if err := srv.Apply(ctx, cfg); err != nil {
+			return err
+		}
+	}
+
+	apiLn, err := net.Listen("tcp", o.Listen)
+	if err != nil {
+		return err
+	}
+	opsLn, err := net.Listen("tcp", o.OpsListen)
+	if err != nil {
+		apiLn.Close()
+		return err
+	}
+	api := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
+	ops := &http.Server{Handler: srv.OpsHandler(), ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 2)
+	go func() { errc <- api.Serve(apiLn) }()
+	go func() { errc <- ops.Serve(opsLn) }()
+	log.Info("storybus bus serving", "api", apiLn.Addr().String(), "ops", opsLn.Addr().String(), "embedded", ns != nil, "sync", o.Sync)
+	if ready != nil {
+		ready(apiLn.Addr(), opsLn.Addr())
+	}
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	_ = api.Shutdown(shutdownCtx)
+	_ = ops.Shutdown(shutdownCtx)
+	srv.Wait()
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}
