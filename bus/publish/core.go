@@ -410,7 +410,7 @@ func (a *attempt) published(ack *jetstream.PubAck) {
 			State: a.msg.State, Owner: a.decision.Owner, MessageID: a.msg.MessageID, Time: time.Now(),
 		})
 	}
-	a.c.mark(a.key, a.rev, a.hash, statePublished)
+	a.c.mark(a.msg.MessageID, a.key, a.rev, a.hash, statePublished)
 }
 
 // publishFailed handles a failed publish. A definite failure (the store
@@ -505,10 +505,10 @@ func (a *attempt) supersededBy(ctx context.Context, head Head) (Outcome, bool) {
 	switch {
 	case head.MessageID == a.msg.MessageID:
 		// The first attempt published it and stopped before marking.
-		a.c.mark(a.key, a.rev, a.hash, statePublished)
+		a.c.mark(a.msg.MessageID, a.key, a.rev, a.hash, statePublished)
 		return Outcome{Status: http.StatusAccepted, Tolerated: append([]rules.Violation{}, a.in.Warnings...)}, true
 	case head.Exists && (head.SequenceNumber >= a.msg.SequenceNumber || head.State == StateKilled):
-		a.c.mark(a.key, a.rev, a.hash, stateSuperseded)
+		a.c.mark(a.msg.MessageID, a.key, a.rev, a.hash, stateSuperseded)
 		return refuse(rules.New(rules.MessageSuperseded, "the story accepted a newer snapshot since this one was recorded; it is not delivered", "/payload/sequence_number")), true
 	}
 	return Outcome{}, false
@@ -516,7 +516,7 @@ func (a *attempt) supersededBy(ctx context.Context, head Head) (Outcome, bool) {
 
 // mark writes the record's final state in the background, guarded by the
 // revision this attempt owns.
-func (c *Core) mark(key string, rev uint64, hash, state string) {
+func (c *Core) mark(id, key string, rev uint64, hash, state string) {
 	c.marking.Store(key, struct{}{})
 	c.marks.Add(1)
 	go func() {
@@ -524,7 +524,7 @@ func (c *Core) mark(key string, rev uint64, hash, state string) {
 		defer c.marking.Delete(key)
 		ctx, cancel := context.WithTimeout(context.Background(), c.opTimeout)
 		defer cancel()
-		if err := c.fault(ctx, FaultMark, key); err != nil {
+		if err := c.fault(ctx, FaultMark, id); err != nil {
 			return
 		}
 		t0 := time.Now()

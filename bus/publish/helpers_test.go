@@ -1,0 +1,255 @@
+package publish_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/storybus/storybus/bus/publish"
+	"github.com/storybus/storybus/bus/som"
+	"github.com/storybus/storybus/bus/store"
+)
+
+// fakeClock is the wall clock plus an offset that tests advance.
+type fakeClock struct{ offset atomic.Int64 }
+
+func (c *fakeClock) Now() time.Time           { return time.Now().Add(time.Duration(c.offset.Load())) }
+func (c *fakeClock) Advance(d time.Duration)  { c.offset.Add(int64(d)) }
+var _ publish.Clock = (*fakeClock)(nil)
+
+// countingPublisher counts topic publish calls that the store acknowledged
+// as new messages.
+type countingPublisher struct {
+	js    jetstream.JetStream
+	calls atomic.Int64
+	acked atomic.Int64
+}
+
+func (p *countingPublisher) PublishMsg(ctx context.Context, m *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+	p.calls.Add(1)
+	ack, err := p.js.PublishMsg(ctx, m, opts...)
+	if err == nil && !ack.Duplicate {
+		p.acked.Add(1)
+	}
+	return ack, err
+}
+
+var _ publish.Publisher = (*countingPublisher)(nil)
+
+// faultSet is a programmable fault hook: per point, a function called with
+// the message id.
+type faultSet struct {
+	mu sync.Mutex
+	at map[publish.FaultPoint]func(id string) error
+}
+
+func (f *faultSet) set(p publish.FaultPoint, fn func(id string) error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.at == nil {
+		f.at = map[publish.FaultPoint]func(string) error{}
+	}
+	f.at[p] = fn
+}
+
+func (f *faultSet) clear() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.at = nil
+}
+
+func (f *faultSet) hook(_ context.Context, p publish.FaultPoint, id string) error {
+	f.mu.Lock()
+	fn := f.at[p]
+	f.mu.Unlock()
+	if fn == nil {
+		return nil
+	}
+	return fn(id)
+}
+
+// env is one workspace's publish core on a real embedded JetStream.
+type env struct {
+	t      *testing.T
+	ns     *server.Server
+	st     *store.Store
+	ws     *store.Workspace
+	clock  *fakeClock
+	faults *faultSet
+	pub    *countingPublisher
+	core   *publish.Core
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	ns, err := store.StartEmbedded(store.EmbeddedOptions{DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	e := &env{t: t, ns: ns, clock: &fakeClock{}, faults: &faultSet{}}
+	e.connect("newsroom", 7*24*time.Hour)
+	return e
+}
+
+// connect (re)connects and builds a fresh core: a restarted bus process.
+func (e *env) connect(workspace string, window time.Duration) {
+	e.t.Helper()
+	st, err := store.Connect(store.Options{Embedded: e.ns})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(st.Close)
+	ws, err := st.OpenWorkspace(context.Background(), workspace, window, 0)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.st, e.ws = st, ws
+	e.pub = &countingPublisher{js: st.JS}
+	e.core = publish.New(ws, st.JS, publish.Options{
+		Clock: e.clock, Faults: e.faults.hook, Publisher: e.pub, OpTimeout: 2 * time.Second,
+	})
+}
+
+// restart simulates a new bus process on the same store.
+func (e *env) restart() {
+	e.core.Wait()
+	e.connect(e.ws.ID, 7*24*time.Hour)
+}
+
+type snap struct {
+	id, story, state, system, timestamp, embargo string
+	seq                                          int64
+}
+
+func (s snap) json() []byte {
+	if s.id == "" {
+		s.id = uuid.NewString()
+	}
+	if s.state == "" {
+		s.state = "draft"
+	}
+	if s.system == "" {
+		s.system = "cms"
+	}
+	if s.timestamp == "" {
+		s.timestamp = "2026-11-29T09:00:00Z"
+	}
+	payload := map[string]any{"story_id": s.story, "sequence_number": s.seq, "state": s.state, "headline": "Harbour bridge approved"}
+	if s.state == "killed" {
+		payload["kill_reason"] = "legal"
+	}
+	if s.embargo != "" {
+		payload["embargo_until"] = s.embargo
+	}
+	b, _ := json.Marshal(map[string]any{
+		"som_version": "1.0", "message_id": s.id, "message_type": "story.context", "system_id": s.system,
+		"timestamp": s.timestamp, "payload": payload,
+	})
+	return b
+}
+
+func event(id, story string) []byte {
+	return []byte(fmt.Sprintf(`{"som_version":"1.0","message_id":%q,"message_type":"story.event","system_id":"cms","timestamp":"2026-11-29T09:00:00Z","payload":{"story_id":%q,"event":"published","occurred_at":"2026-11-29T09:00:00Z"}}`, id, story))
+}
+
+// input parses and validates a body as stages 7 and 8 would.
+func input(t *testing.T, body []byte) publish.Input {
+	t.Helper()
+	m, err := som.Parse(body)
+	if err != nil {
+		t.Fatalf("parse: %v", err)
+	}
+	refusals, warnings := som.Validate(m)
+	if len(refusals) > 0 {
+		t.Fatalf("invalid test message: %v", refusals)
+	}
+	h, err := m.ContentHash()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return publish.Input{Msg: m, Hash: h, Warnings: warnings}
+}
+
+func (e *env) publish(body []byte) publish.Outcome {
+	e.t.Helper()
+	return e.core.Publish(context.Background(), input(e.t, body))
+}
+
+// want checks an outcome's status and, for a refusal, its rule.
+func want(t *testing.T, got publish.Outcome, status int, rule string) {
+	t.Helper()
+	gotRule := ""
+	if got.Refusal != nil {
+		gotRule = got.Refusal.Rule
+	}
+	if got.Status != status || gotRule != rule {
+		t.Fatalf("got %d %q (%+v), want %d %q", got.Status, gotRule, got, status, rule)
+	}
+}
+
+func ruleIDs(o publish.Outcome) []string {
+	var ids []string
+	for _, v := range o.Tolerated {
+		ids = append(ids, v.Rule)
+	}
+	return ids
+}
+
+// streamCount counts the topic's messages with the message id.
+func (e *env) streamCount(messageID string) int {
+	e.t.Helper()
+	ctx := context.Background()
+	c, err := e.ws.Stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	info, err := e.ws.Stream.Info(ctx)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	n := 0
+	for i := uint64(0); i < info.State.Msgs; i++ {
+		m, err := c.Next(jetstream.FetchMaxWait(2 * time.Second))
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if m.Headers().Get(nats.MsgIdHdr) == messageID {
+			n++
+		}
+	}
+	return n
+}
+
+// recordExists reports whether the message id has a live record.
+func (e *env) recordExists(messageID string) bool {
+	_, err := e.ws.Records.Get(context.Background(), store.EncodeToken(messageID))
+	return err == nil
+}
+
+func stopAt(p publish.FaultPoint, id string) func(string) error {
+	return func(got string) error {
+		if got == id {
+			return publish.ErrStop
+		}
+		return nil
+	}
+}
+
+func failAt(id string) func(string) error {
+	return func(got string) error {
+		if got == id {
+			return fmt.Errorf("injected failure")
+		}
+		return nil
+	}
+}
