@@ -47,20 +47,13 @@ func Parse(body []byte) (*Message, error) {
 	if p.pos == len(p.data) {
 		return nil, &ParseError{Msg: "the body is empty: send one JSON object"}
 	}
-	switch c := p.data[p.pos]; c {
-	case '{':
-	case '[':
-		return nil, p.fail("the message must be a JSON object, not an array")
-	case '"':
-		return nil, p.fail("the message must be a JSON object, not a string")
-	case 't', 'f':
-		return nil, p.fail("the message must be a JSON object, not a boolean")
-	case 'n':
-		return nil, p.fail("the message must be a JSON object, not null")
-	case '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
-		return nil, p.fail("the message must be a JSON object, not a number")
-	default:
-		return nil, p.failChar("not JSON: ")
+	if p.data[p.pos] != '{' {
+		start := p.pos
+		v, err := p.value()
+		if err != nil {
+			return nil, err
+		}
+		return nil, &ParseError{Msg: "the message must be a JSON object, not " + jsonKind(v), Offset: start}
 	}
 	doc, err := p.object()
 	if err != nil {
@@ -73,6 +66,21 @@ func Parse(body []byte) (*Message, error) {
 	m := &Message{Raw: body, Doc: doc}
 	m.fill()
 	return m, nil
+}
+
+// jsonKind names the JSON type of a decoded value.
+func jsonKind(v any) string {
+	switch v.(type) {
+	case []any:
+		return "an array"
+	case string:
+		return "a string"
+	case json.Number:
+		return "a number"
+	case bool:
+		return "a boolean"
+	}
+	return "null"
 }
 
 // fill sets the typed fields from Doc, best-effort.
@@ -236,7 +244,7 @@ func (p *parser) object() (map[string]any, error) {
 			return nil, p.failChar("not JSON: expected a member name: ")
 		}
 		keyAt := p.pos
-		key, err := p.string()
+		key, err := p.name()
 		if err != nil {
 			return nil, err
 		}
@@ -306,6 +314,38 @@ func (p *parser) array() ([]any, error) {
 		}
 		return nil, p.failChar("not JSON: expected ',' or ']' in an array: ")
 	}
+}
+
+// names are the member names of SOM 1.0. Parse shares one copy of each
+// instead of allocating it for every message.
+var names = func() map[string]string {
+	m := map[string]string{}
+	for _, n := range []string{
+		"som_version", "message_id", "message_type", "system_id", "timestamp", "correlation_id", "payload",
+		"story_id", "sequence_number", "state", "headline", "slug", "desk", "language", "embargo_until",
+		"body_ref", "assets", "ref", "kind", "caption", "authors", "labels", "kill_reason",
+		"event", "occurred_at", "details", "asset_id", "story_ids", "rights", "usage", "expires_at",
+	} {
+		m[n] = n
+	}
+	return m
+}()
+
+// name reads a member name; pos is at its opening quote.
+func (p *parser) name() (string, error) {
+	start := p.pos + 1
+	for i := start; i < len(p.data) && i-start <= 16; i++ {
+		if c := p.data[i]; c == '"' {
+			if n, ok := names[string(p.data[start:i])]; ok {
+				p.pos = i + 1
+				return n, nil
+			}
+			break
+		} else if c == '\\' {
+			break
+		}
+	}
+	return p.string()
 }
 
 // string reads a string; pos is at its opening quote.

@@ -29,6 +29,8 @@ func TestParseRefuses(t *testing.T) {
 		{"null top level", `null`, "not null", ""},
 		{"boolean top level", `true`, "not a boolean", ""},
 		{"not JSON", `hello`, "not JSON", ""},
+		{"not a literal", `txyz`, "not JSON", ""},
+		{"broken array top level", `[1,`, "not JSON", "/1"},
 		{"byte order mark", "\ufeff{}", "not JSON", ""},
 		{"trailing object", `{} {}`, "after the JSON object", ""},
 		{"trailing garbage", `{"a":1}x`, "after the JSON object", ""},

@@ -68,10 +68,9 @@ func schemaViolations(dst []rules.Violation, schema, prefix string, err error) [
 	}
 	var verr *jsonschema.ValidationError
 	if !errors.As(err, &verr) {
-		// Only a *ValidationError can come from validating a parsed
-		// document; anything else is reported against the whole schema so
-		// that it is never silently dropped.
-		return append(dst, rules.Violation{Source: rules.SourceSchema, Rule: schema + ".type", Message: err.Error(), Path: prefix})
+		// The validator returns nothing else; should it ever, the error is
+		// reported rather than dropped, so the message is not accepted.
+		return append(dst, rules.Violation{Source: rules.SourceSchema, Rule: schema + ".invalid", Message: err.Error(), Path: prefix})
 	}
 	return walk(dst, schema, prefix, verr)
 }
@@ -97,7 +96,7 @@ func walk(dst []rules.Violation, schema, prefix string, e *jsonschema.Validation
 		}
 	case *kind.AdditionalProperties:
 		for _, name := range k.Properties {
-			dst = append(dst, v("additionalProperties", at+"/"+escapePointer(name), "must not have additional property "+quote(name)))
+			dst = append(dst, v("additionalProperties", at+"/"+escapePointer(name), "must not have additional property "+quote(abbreviate(name))))
 		}
 	case *kind.Format:
 		dst = append(dst, v("format."+k.Want, at, "must be a valid "+k.Want))
@@ -107,13 +106,13 @@ func walk(dst []rules.Violation, schema, prefix string, e *jsonschema.Validation
 	return dst
 }
 
-// keyword is the schema keyword an error kind stands for.
+// keyword is the schema keyword an error kind stands for. Only kinds the
+// SOM schemas cannot produce (a false subschema, or a value of a Go type JSON
+// does not have, which Parse never makes) lack one; they get "invalid", which
+// the catalogue lacks, so the HTTP layer answers 503 rather than guess.
 func keyword(k jsonschema.ErrorKind) string {
 	if kp := k.KeywordPath(); len(kp) > 0 {
 		return kp[0]
-	}
-	if _, ok := k.(*kind.FalseSchema); ok {
-		return "false"
 	}
 	return "invalid"
 }

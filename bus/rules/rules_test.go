@@ -1,0 +1,145 @@
+package rules_test
+
+import (
+	"flag"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/storybus/storybus/bus/rules"
+)
+
+var update = flag.Bool("update", false, "rewrite docs/rules.md from the catalogue")
+
+const docPath = "../../docs/rules.md"
+
+// TestDocMatchesCatalogue fails when docs/rules.md drifts from the Go table.
+func TestDocMatchesCatalogue(t *testing.T) {
+	want := rules.Markdown()
+	if *update {
+		if err := os.WriteFile(docPath, []byte(want), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := os.ReadFile(docPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != want {
+		t.Fatal("docs/rules.md is stale: run `make docs`")
+	}
+}
+
+func TestCatalogueEntriesAreComplete(t *testing.T) {
+	all := rules.All()
+	if len(all) < 30 {
+		t.Fatalf("only %d rules", len(all))
+	}
+	for _, r := range all {
+		if r.Meaning == "" || r.Fix == "" || r.Source == "" || r.Stage < 2 || r.Stage > 13 || r.Retry == "" {
+			t.Errorf("incomplete entry %+v", r)
+		}
+		if r.Status == 0 && !r.Warning {
+			t.Errorf("%s has no status and is no warning", r.ID)
+		}
+		if r.Status != 0 && (r.Status < 400 || r.Status > 503) {
+			t.Errorf("%s has status %d", r.ID, r.Status)
+		}
+	}
+}
+
+// TestEveryRuleTheBusNamesIsCatalogued parses the bus's Go source and checks
+// every rules.X constant and every string literal passed to rules.New.
+func TestEveryRuleTheBusNamesIsCatalogued(t *testing.T) {
+	consts := map[string]string{}
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, "rules.go", nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range f.Decls {
+		g, ok := d.(*ast.GenDecl)
+		if !ok || g.Tok != token.CONST {
+			continue
+		}
+		for _, s := range g.Specs {
+			vs := s.(*ast.ValueSpec)
+			for i, n := range vs.Names {
+				if lit, ok := vs.Values[i].(*ast.BasicLit); ok && lit.Kind == token.STRING && n.IsExported() {
+					v, _ := strconv.Unquote(lit.Value)
+					if strings.Contains(v, ".") {
+						consts[n.Name] = v
+					}
+				}
+			}
+		}
+	}
+	if len(consts) < 20 {
+		t.Fatalf("found only %d rule constants", len(consts))
+	}
+	for name, id := range consts {
+		if _, ok := rules.Lookup(id); !ok {
+			t.Errorf("rules.%s = %q is not catalogued", name, id)
+		}
+	}
+	used := 0
+	err = filepath.Walk("../..", func(path string, info os.FileInfo, err error) error {
+		if err != nil || info.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return err
+		}
+		file, err := parser.ParseFile(fset, path, nil, 0)
+		if err != nil {
+			return err
+		}
+		ast.Inspect(file, func(n ast.Node) bool {
+			call, ok := n.(*ast.CallExpr)
+			if !ok || len(call.Args) == 0 {
+				return true
+			}
+			sel, ok := call.Fun.(*ast.SelectorExpr)
+			if !ok || sel.Sel.Name != "New" {
+				return true
+			}
+			if pkg, ok := sel.X.(*ast.Ident); !ok || pkg.Name != "rules" {
+				return true
+			}
+			used++
+			switch arg := call.Args[0].(type) {
+			case *ast.SelectorExpr:
+				if _, ok := consts[arg.Sel.Name]; !ok {
+					t.Errorf("%s: rules.New(rules.%s) names no rule constant", fset.Position(call.Pos()), arg.Sel.Name)
+				}
+			case *ast.BasicLit:
+				id, _ := strconv.Unquote(arg.Value)
+				if _, ok := rules.Lookup(id); !ok {
+					t.Errorf("%s: rule %q is not catalogued", fset.Position(call.Pos()), id)
+				}
+			}
+			return true
+		})
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if used < 20 {
+		t.Fatalf("found only %d rules.New calls", used)
+	}
+}
+
+func TestStatusOfUnknownRuleIsGeneric503(t *testing.T) {
+	if got := rules.Status("no.such.rule"); got != 503 {
+		t.Fatalf("status %d", got)
+	}
+	if got := rules.Status(rules.MessageInFlight); got != 503 {
+		t.Fatalf("status %d", got)
+	}
+	if got := rules.Status(rules.StoryNotOwner); got != 409 {
+		t.Fatalf("status %d", got)
+	}
+}

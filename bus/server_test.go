@@ -1,0 +1,249 @@
+package bus_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/storybus/storybus/bus"
+	"github.com/storybus/storybus/bus/config"
+	"github.com/storybus/storybus/bus/publish"
+	"github.com/storybus/storybus/bus/rules"
+	"github.com/storybus/storybus/bus/store"
+)
+
+const (
+	cmsSecret  = "cms-secret-0123456789abcdef0123456789"
+	wireSecret = "wire-secret-0123456789abcdef0123456789"
+)
+
+type fakeClock struct{ offset atomic.Int64 }
+
+func (c *fakeClock) Now() time.Time          { return time.Now().Add(time.Duration(c.offset.Load())) }
+func (c *fakeClock) Advance(d time.Duration) { c.offset.Add(int64(d)) }
+
+// harness is a bus serving two workspaces on a real embedded JetStream.
+type harness struct {
+	t      *testing.T
+	ns     *server.Server
+	srv    *bus.Server
+	http   *httptest.Server
+	clock  *fakeClock
+	faults atomic.Pointer[publish.Faults]
+}
+
+func workspaceConfig(id string) *config.Workspace {
+	w := &config.Workspace{
+		ID:         id,
+		SigningKey: id + "-signing-key-0123456789abcdef0123",
+		Connections: []config.Connection{
+			{Name: "cms", SecretHash: config.HashSecret(cmsSecret), Grant: config.Grant{Publish: config.PublishGrant{
+				SystemIDs: []string{"cms"}, MessageTypes: []string{"*"}}}},
+			{Name: "wire", SecretHash: config.HashSecret(wireSecret), Grant: config.Grant{Publish: config.PublishGrant{
+				SystemIDs: []string{"wire"}, MessageTypes: []string{"story.context"}}}},
+		},
+	}
+	w.Default()
+	return w
+}
+
+func newHarness(t testing.TB) *harness {
+	t.Helper()
+	ns, err := store.StartEmbedded(store.EmbeddedOptions{DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	st, err := store.Connect(store.Options{Embedded: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	h := &harness{ns: ns, clock: &fakeClock{}}
+	if tt, ok := t.(*testing.T); ok {
+		h.t = tt
+	}
+	h.srv = bus.New(bus.Options{
+		Store: st, Clock: h.clock, RequestTimeout: 5 * time.Second,
+		Faults: func(ctx context.Context, p publish.FaultPoint, id string) error {
+			if f := h.faults.Load(); f != nil {
+				return (*f)(ctx, p, id)
+			}
+			return nil
+		},
+	})
+	for _, id := range []string{"newsroom", "other"} {
+		if err := h.srv.Apply(context.Background(), workspaceConfig(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.http = httptest.NewServer(h.srv.Handler())
+	t.Cleanup(h.http.Close)
+	return h
+}
+
+func (h *harness) token(t testing.TB, ws, client, secret string) string {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, h.http.URL+"/v1/tenants/"+ws+"/tokens", nil)
+	req.SetBasicAuth(client, secret)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var tr bus.TokenResponse
+	if err := json.NewDecoder(res.Body).Decode(&tr); err != nil || res.StatusCode != 200 {
+		t.Fatalf("token: %d %v", res.StatusCode, err)
+	}
+	if tr.TokenType != "Bearer" || tr.ExpiresIn <= 0 {
+		t.Fatalf("token response %+v", tr)
+	}
+	return tr.AccessToken
+}
+
+// answer is a decoded answer in any of the documented shapes.
+type answer struct {
+	Status     int
+	Header     http.Header
+	Raw        map[string]json.RawMessage
+	Accepted   bool              `json:"accepted"`
+	Duplicate  bool              `json:"duplicate"`
+	MessageID  string            `json:"message_id"`
+	Family     string            `json:"family"`
+	Tolerated  []rules.Violation `json:"tolerated"`
+	Violations []rules.Violation `json:"violations"`
+	Message    string            `json:"message"`
+}
+
+func (a answer) rule() string {
+	if len(a.Violations) == 0 {
+		return ""
+	}
+	return a.Violations[0].Rule
+}
+
+func (a answer) rules() []string {
+	var ids []string
+	for _, v := range a.Violations {
+		ids = append(ids, v.Rule)
+	}
+	return ids
+}
+
+// checkShape fails unless the answer is in one of the documented shapes,
+// with catalogued rules and their catalogued status.
+func checkShape(t testing.TB, a answer) {
+	t.Helper()
+	switch {
+	case a.Status >= 500 && a.Status != http.StatusServiceUnavailable:
+		t.Fatalf("status %d is not documented", a.Status)
+	case a.Raw["message"] != nil:
+		if len(a.Raw) != 1 || a.Status != http.StatusForbidden {
+			t.Fatalf("AWS-shaped answer %d %v", a.Status, a.Raw)
+		}
+	case a.Status == http.StatusAccepted:
+		if !a.Accepted || a.Raw["tolerated"] == nil || a.Family == "" || a.MessageID == "" {
+			t.Fatalf("202 shape: %s", a.Raw)
+		}
+	case a.Status == http.StatusOK:
+		if !a.Accepted || !a.Duplicate || a.MessageID == "" || len(a.Raw) != 3 {
+			t.Fatalf("200 shape: %s", a.Raw)
+		}
+	default:
+		if a.Accepted || len(a.Violations) == 0 || len(a.Raw) != 2 {
+			t.Fatalf("refusal shape %d: %s", a.Status, a.Raw)
+		}
+		for _, v := range a.Violations {
+			r, ok := rules.Lookup(v.Rule)
+			if !ok {
+				t.Fatalf("rule %q is not catalogued", v.Rule)
+			}
+			if v.Source != r.Source || v.Message == "" {
+				t.Fatalf("violation %+v (catalogue source %s)", v, r.Source)
+			}
+			if v.Path != "" && !strings.HasPrefix(v.Path, "/") {
+				t.Fatalf("path %q is not a JSON pointer", v.Path)
+			}
+		}
+		if want := rules.Status(a.Violations[0].Rule); a.Status != want {
+			t.Fatalf("status %d for %s, catalogue says %d", a.Status, a.rule(), want)
+		}
+		if (a.Status == 429 || a.Status == 503) && a.Header.Get("Retry-After") == "" {
+			t.Fatalf("%d without Retry-After", a.Status)
+		}
+	}
+	if a.Status != http.StatusAccepted {
+		return
+	}
+	for _, v := range a.Tolerated {
+		if r, ok := rules.Lookup(v.Rule); !ok || !r.Warning {
+			t.Fatalf("tolerated %q is not a catalogued warning", v.Rule)
+		}
+	}
+}
+
+func decode(t testing.TB, res *http.Response) answer {
+	t.Helper()
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := answer{Status: res.StatusCode, Header: res.Header}
+	if ct := res.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
+		t.Fatalf("answer %d has Content-Type %q: %s", res.StatusCode, ct, body)
+	}
+	if err := json.Unmarshal(body, &a.Raw); err != nil {
+		t.Fatalf("answer %d is not a JSON object: %s", res.StatusCode, body)
+	}
+	if err := json.Unmarshal(body, &a); err != nil {
+		t.Fatal(err)
+	}
+	checkShape(t, a)
+	return a
+}
+
+// post publishes body to the workspace with the token.
+func (h *harness) post(t testing.TB, ws, token string, body []byte) answer {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, h.http.URL+"/v1/tenants/"+ws+"/messages", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	return h.do(t, req)
+}
+
+func (h *harness) do(t testing.TB, req *http.Request) answer {
+	t.Helper()
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return decode(t, res)
+}
+
+func snapshot(id, story string, seq int, system string) []byte {
+	if id == "" {
+		id = uuid.NewString()
+	}
+	return []byte(fmt.Sprintf(`{"som_version":"1.0","message_id":%q,"message_type":"story.context","system_id":%q,"timestamp":"2026-11-29T09:00:00Z","payload":{"story_id":%q,"sequence_number":%d,"state":"draft","headline":"Harbour bridge approved"}}`, id, system, story, seq))
+}
+
+func expect(t *testing.T, a answer, status int, rule string) {
+	t.Helper()
+	if a.Status != status || a.rule() != rule {
+		t.Fatalf("got %d %q %s, want %d %q", a.Status, a.rule(), a.Raw, status, rule)
+	}
+}
