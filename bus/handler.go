@@ -189,7 +189,11 @@ func parse(r *request) []rules.Violation {
 	}
 	msg, err := som.Parse(r.body)
 	if err != nil {
-		return one(rules.New(rules.MessageNotJSON, err.Error(), ""))
+		path := ""
+		if pe, ok := errors.AsType[*som.ParseError](err); ok {
+			path = pe.Path
+		}
+		return one(rules.New(rules.MessageNotJSON, err.Error(), path))
 	}
 	r.msg = msg
 	return nil

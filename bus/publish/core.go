@@ -401,16 +401,21 @@ func (a *attempt) publish(ctx context.Context) (*jetstream.PubAck, error) {
 	return ack, err
 }
 
-// published updates the head cache and marks the record, off the answer's
-// critical path.
+// published updates the head cache of a snapshot, or marks the record of
+// another message off the answer's critical path. A snapshot's record is
+// not marked: its story subject proves its publication, which saves a
+// durable write per snapshot.
 func (a *attempt) published(ack *jetstream.PubAck) {
-	if a.snapshot && ack != nil && !ack.Duplicate {
+	if !a.snapshot {
+		a.c.mark(a.msg.MessageID, a.key, a.rev, a.hash, statePublished)
+		return
+	}
+	if ack != nil && !ack.Duplicate {
 		a.c.heads.put(a.msg.StoryID, Head{
 			Exists: true, SubjectSeq: ack.Sequence, SequenceNumber: a.msg.SequenceNumber,
 			State: a.msg.State, Owner: a.decision.Owner, MessageID: a.msg.MessageID, Time: time.Now(),
 		})
 	}
-	a.c.mark(a.msg.MessageID, a.key, a.rev, a.hash, statePublished)
 }
 
 // publishFailed handles a failed publish. A definite failure (the store
@@ -462,7 +467,18 @@ func (a *attempt) existing(ctx context.Context, entry jetstream.KeyValueEntry) O
 	case stateSuperseded:
 		return refuse(rules.New(rules.MessageSuperseded, "the story accepted a newer snapshot since this one was recorded; it is not delivered", "/payload/sequence_number"))
 	}
-	if _, ok := a.c.marking.Load(a.key); ok {
+	if a.snapshot {
+		// A snapshot's record is never marked: the story subject proves
+		// whether it was published.
+		published, head, err := a.c.snapshotPublished(ctx, a.subject, a.msg)
+		if err != nil {
+			return a.c.unavailable(err, "read story")
+		}
+		if published {
+			return Outcome{Status: http.StatusOK, Duplicate: true}
+		}
+		a.head = head
+	} else if _, ok := a.c.marking.Load(a.key); ok {
 		return Outcome{Status: http.StatusOK, Duplicate: true}
 	}
 	if age := a.c.clock.Now().Sub(entry.Created()); age < Lease {
@@ -482,16 +498,10 @@ func (a *attempt) existing(ctx context.Context, entry jetstream.KeyValueEntry) O
 	}
 	a.rev = rev
 	if a.snapshot {
-		head, err := a.c.readHead(ctx, a.subject)
-		if err != nil {
-			return a.c.unavailable(err, "read story head")
-		}
-		a.c.heads.put(a.msg.StoryID, head)
-		if out, done := a.supersededBy(ctx, head); done {
+		if out, done := a.supersededBy(ctx, a.head); done {
 			return out
 		}
-		a.head = head
-		a.decision = Decision{Owner: head.Owner}
+		a.decision = Decision{Owner: a.head.Owner}
 		if a.decision.Owner == "" {
 			a.decision.Owner = a.msg.SystemID
 		}
@@ -504,9 +514,7 @@ func (a *attempt) existing(ctx context.Context, entry jetstream.KeyValueEntry) O
 func (a *attempt) supersededBy(ctx context.Context, head Head) (Outcome, bool) {
 	switch {
 	case head.MessageID == a.msg.MessageID:
-		// The first attempt published it and stopped before marking.
-		a.c.mark(a.msg.MessageID, a.key, a.rev, a.hash, statePublished)
-		return Outcome{Status: http.StatusAccepted, Tolerated: append([]rules.Violation{}, a.in.Warnings...)}, true
+		return Outcome{Status: http.StatusOK, Duplicate: true}, true
 	case head.Exists && (head.SequenceNumber >= a.msg.SequenceNumber || head.State == StateKilled):
 		a.c.mark(a.msg.MessageID, a.key, a.rev, a.hash, stateSuperseded)
 		return refuse(rules.New(rules.MessageSuperseded, "the story accepted a newer snapshot since this one was recorded; it is not delivered", "/payload/sequence_number")), true

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/storybus/storybus/bus/rules"
+	"github.com/storybus/storybus/bus/som"
 )
 
 // Headers the bus sets on every message it publishes. Snapshot headers make
@@ -132,4 +133,48 @@ func (c *Core) readHead(ctx context.Context, subject string) (Head, error) {
 		return Head{}, err
 	}
 	return headFromMsg(m), nil
+}
+
+// snapshotPublished reports whether the snapshot msg was published on its
+// story subject, and returns the story's current head. Sequence numbers grow
+// along a story subject, so a published snapshot is the head, or lies
+// before the first message with a larger sequence number.
+func (c *Core) snapshotPublished(ctx context.Context, subject string, msg *som.Message) (bool, Head, error) {
+	head, err := c.readHead(ctx, subject)
+	if err != nil {
+		return false, Head{}, err
+	}
+	c.heads.put(msg.StoryID, head)
+	switch {
+	case head.MessageID == msg.MessageID:
+		return true, head, nil
+	case !head.Exists || head.SequenceNumber <= msg.SequenceNumber:
+		return false, head, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.opTimeout)
+	defer cancel()
+	cons, err := c.ws.Stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{subject},
+		HeadersOnly:    true,
+	})
+	if err != nil {
+		return false, head, err
+	}
+	for {
+		m, err := cons.Next(jetstream.FetchContext(ctx))
+		if err != nil {
+			return false, head, err
+		}
+		meta, err := m.Metadata()
+		if err != nil {
+			return false, head, err
+		}
+		if m.Headers().Get(nats.MsgIdHdr) == msg.MessageID {
+			return true, head, nil
+		}
+		seq, _ := strconv.ParseInt(m.Headers().Get(HeaderSequence), 10, 64)
+		if seq >= msg.SequenceNumber || meta.Sequence.Stream >= head.SubjectSeq {
+			return false, head, nil
+		}
+	}
 }

@@ -53,6 +53,6 @@ func NewRoot(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(newServeCommand(), newDevCommand())
+	root.AddCommand(newServeCommand(), newDevCommand(), newBenchCommand())
 	return root
 }

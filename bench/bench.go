@@ -1,0 +1,342 @@
+// Package bench is the publish benchmark of SPEC §12: in one process and
+// one run it measures the bus's publish API over HTTP side by side with two
+// baselines on the same embedded JetStream and the same kind of connection,
+// so that their ratio says what the bus costs on this machine:
+//
+//   - bus: producers POST SOM 1.0 story.context snapshots to the bus's
+//     HTTP API, which validates, records, publishes and marks each one;
+//   - raw single: one durable JetStream publish per message, de-duplicated
+//     on Nats-Msg-Id, to a stream configured like the bus's topic;
+//   - three-write: the naive idempotent publish, a record create, a publish
+//     and a record update in sequence per message.
+//
+// Run runs them in that order (in rounds when asked, each on fresh streams)
+// and returns a Report with messages per second, latency percentiles,
+// errors and the ratios. `storybus bench` is its command line.
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Sync modes of the embedded JetStream, as in `storybus serve --sync`.
+const (
+	// SyncAlways fsyncs every write before it is acknowledged.
+	SyncAlways = "always"
+	// SyncInterval fsyncs periodically (Options.SyncInterval, else
+	// nats-server's default).
+	SyncInterval = "interval"
+)
+
+// PhaseName names one of the three ways of publishing the benchmark
+// compares.
+type PhaseName string
+
+// The phases, in the order a round runs them.
+const (
+	// PhaseBus publishes through the bus's HTTP API.
+	PhaseBus PhaseName = "bus"
+	// PhaseRaw is one JetStream publish per message.
+	PhaseRaw PhaseName = "raw-single"
+	// PhaseThreeWrite is record create, publish, record update per message.
+	PhaseThreeWrite PhaseName = "three-write"
+)
+
+// Phases lists every phase in the order a round runs them.
+var Phases = []PhaseName{PhaseBus, PhaseRaw, PhaseThreeWrite}
+
+// Options configure a run. DefaultOptions gives the command line's
+// defaults; a zero Warmup means no warm-up.
+type Options struct {
+	// Sync is the embedded JetStream's fsync mode: SyncAlways or SyncInterval.
+	Sync string
+	// SyncInterval is the fsync period with SyncInterval; 0 keeps
+	// nats-server's default.
+	SyncInterval time.Duration
+	// Producers is how many concurrent writers every phase runs.
+	Producers int
+	// Stories is how many stories the producers share out; each story
+	// belongs to one producer, so writers never contend on a story.
+	Stories int
+	// Duration is how long each phase is measured, after Warmup.
+	Duration time.Duration
+	// Warmup is how long each phase runs before it is measured.
+	Warmup time.Duration
+	// Messages, when above 0, measures this many messages per phase
+	// instead of Duration.
+	Messages int
+	// Rounds repeats bus, raw single and three-write, each on fresh
+	// streams; the report's headline is the median round.
+	Rounds int
+	// DataDir is where the store's fresh temporary directory is made;
+	// empty is the system's temporary directory. It should be on the disk
+	// under test: a memory file system makes fsync free.
+	DataDir string
+	// Logger receives the bus's logs; nil discards them.
+	Logger *slog.Logger
+	// Progress, when set, is told each phase's result as it ends.
+	Progress io.Writer
+}
+
+// DefaultOptions returns the options `storybus bench` runs with by default.
+func DefaultOptions() Options {
+	return Options{
+		Sync:      SyncAlways,
+		Producers: 16,
+		Stories:   2000,
+		Duration:  10 * time.Second,
+		Warmup:    2 * time.Second,
+		Rounds:    1,
+	}
+}
+
+// Validate reports every problem with the options at once.
+func (o Options) Validate() error {
+	var errs []error
+	if o.Sync != SyncAlways && o.Sync != SyncInterval {
+		errs = append(errs, fmt.Errorf("sync must be %s or %s, not %q", SyncAlways, SyncInterval, o.Sync))
+	}
+	if o.SyncInterval < 0 {
+		errs = append(errs, errors.New("sync interval must not be negative"))
+	}
+	if o.Producers < 1 {
+		errs = append(errs, errors.New("producers must be at least 1"))
+	}
+	if o.Stories < 1 {
+		errs = append(errs, errors.New("stories must be at least 1"))
+	}
+	if o.Messages < 0 {
+		errs = append(errs, errors.New("messages must not be negative"))
+	}
+	if o.Messages == 0 && o.Duration <= 0 {
+		errs = append(errs, errors.New("duration must be positive when messages is not set"))
+	}
+	if o.Warmup < 0 {
+		errs = append(errs, errors.New("warm-up must not be negative"))
+	}
+	if o.Rounds < 1 {
+		errs = append(errs, errors.New("rounds must be at least 1"))
+	}
+	return errors.Join(errs...)
+}
+
+// Run runs the benchmark. The report is returned whenever the phases ran,
+// together with an error if any message was refused or failed, or a
+// stream holds other than the messages its phase had acknowledged.
+func Run(ctx context.Context, o Options) (*Report, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	rep := &Report{Machine: currentMachine(), Settings: settingsOf(o)}
+	e, err := newEnv(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	defer e.close()
+	var problems []error
+	for r := 1; r <= o.Rounds; r++ {
+		round := Round{Round: r}
+		for _, name := range Phases {
+			ph, err := e.runPhase(ctx, name, r)
+			if err != nil {
+				return nil, fmt.Errorf("round %d, %s: %w", r, name, err)
+			}
+			if o.Progress != nil {
+				fmt.Fprintf(o.Progress, "round %d/%d %-11s %8.0f msgs/s  p50 %6.2f ms  p99 %6.2f ms  errors %d\n",
+					r, o.Rounds, name, ph.PerSecond, ph.P50Ms, ph.P99Ms, ph.Errors)
+			}
+			problems = append(problems, ph.problems(r)...)
+			round.set(ph)
+		}
+		round.BusOverRaw = ratio(round.Bus.PerSecond, round.Raw.PerSecond)
+		round.BusOverThreeWrite = ratio(round.Bus.PerSecond, round.ThreeWrite.PerSecond)
+		rep.Rounds = append(rep.Rounds, round)
+	}
+	rep.Machine.LoadEnd = loadAverage()
+	rep.summarise()
+	return rep, errors.Join(problems...)
+}
+
+// runPhase runs one phase on fresh streams, checks what its stream holds
+// and removes the streams again, so every phase starts on an equal store.
+func (e *env) runPhase(ctx context.Context, name PhaseName, round int) (Phase, error) {
+	ws := fmt.Sprintf("bench-%s-r%d", name, round)
+	t, err := e.open(ctx, name, ws)
+	if err != nil {
+		return Phase{}, err
+	}
+	ph := drive(ctx, t, e.o)
+	ph.Name = name
+	ph.Writes = durableWrites[name]
+	t.settle()
+	if err := ctx.Err(); err != nil {
+		return Phase{}, err
+	}
+	if bt, ok := t.(*busTarget); ok {
+		if ph.BusInsideMs, err = bt.inside(); err != nil {
+			return Phase{}, fmt.Errorf("reading the bus's metrics: %w", err)
+		}
+	}
+	if ph.StreamMessages, err = t.streamMessages(ctx); err != nil {
+		return Phase{}, fmt.Errorf("counting the stream: %w", err)
+	}
+	if err := t.remove(ctx); err != nil {
+		return Phase{}, fmt.Errorf("removing the streams: %w", err)
+	}
+	return ph, nil
+}
+
+// durableWrites says what each phase writes per message.
+var durableWrites = map[PhaseName]string{
+	PhaseBus:        "2 + 1 async",
+	PhaseRaw:        "1",
+	PhaseThreeWrite: "3",
+}
+
+// workerStats is what one producer saw.
+type workerStats struct {
+	latencies     []time.Duration
+	accepted      int64
+	acceptedTotal int64
+	errors        int64
+	statuses      map[int]int64
+	errSamples    []string
+	bytes, sent   int64
+	lastEnd       time.Time
+}
+
+// maxErrorSamples bounds the error messages kept per phase.
+const maxErrorSamples = 5
+
+// drive runs the producers against t: a warm-up, then the measured part,
+// by time or by message count. A message is measured when it was sent
+// after the warm-up; the measured time ends with the last measured answer.
+func drive(ctx context.Context, t target, o Options) Phase {
+	from := time.Now().Add(o.Warmup)
+	to := from.Add(o.Duration)
+	var remaining atomic.Int64
+	remaining.Store(int64(o.Messages))
+	stats := make([]workerStats, o.Producers)
+	var wg sync.WaitGroup
+	for w := range o.Producers {
+		wg.Go(func() {
+			s := &stats[w]
+			s.statuses = map[int]int64{}
+			p := newProducer(w, o.Producers, o.Stories)
+			for ctx.Err() == nil {
+				m := p.message()
+				t0 := time.Now()
+				measured := !t0.Before(from)
+				if measured {
+					if o.Messages > 0 {
+						if remaining.Add(-1) < 0 {
+							return
+						}
+					} else if !t0.Before(to) {
+						return
+					}
+				}
+				status, err := t.publish(ctx, m)
+				d := time.Since(t0)
+				s.sent++
+				s.bytes += int64(len(m.body))
+				if status != 0 {
+					s.statuses[status]++
+				}
+				if err != nil {
+					s.errors++
+					if len(s.errSamples) < maxErrorSamples {
+						s.errSamples = append(s.errSamples, err.Error())
+					}
+					continue
+				}
+				s.acceptedTotal++
+				if measured {
+					s.accepted++
+					s.latencies = append(s.latencies, d)
+					s.lastEnd = t0.Add(d)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return merge(stats, from)
+}
+
+// merge merges the producers' results into one phase result.
+func merge(stats []workerStats, from time.Time) Phase {
+	var ph Phase
+	var all []time.Duration
+	var end time.Time
+	var bytes, sent int64
+	for _, s := range stats {
+		ph.Accepted += s.accepted
+		ph.AcceptedTotal += s.acceptedTotal
+		ph.Errors += s.errors
+		bytes += s.bytes
+		sent += s.sent
+		all = append(all, s.latencies...)
+		if s.lastEnd.After(end) {
+			end = s.lastEnd
+		}
+		for code, n := range s.statuses {
+			if ph.Statuses == nil {
+				ph.Statuses = map[int]int64{}
+			}
+			ph.Statuses[code] += n
+		}
+		for _, e := range s.errSamples {
+			if len(ph.ErrorSamples) < maxErrorSamples && !slices.Contains(ph.ErrorSamples, e) {
+				ph.ErrorSamples = append(ph.ErrorSamples, e)
+			}
+		}
+	}
+	if sent > 0 {
+		ph.PayloadBytes = bytes / sent
+	}
+	if end.After(from) {
+		ph.Seconds = end.Sub(from).Seconds()
+		ph.PerSecond = float64(ph.Accepted) / ph.Seconds
+	}
+	slices.Sort(all)
+	if len(all) > 0 {
+		var sum time.Duration
+		for _, d := range all {
+			sum += d
+		}
+		ph.MeanMs = millis(sum / time.Duration(len(all)))
+	}
+	ph.P50Ms = millis(percentile(all, 0.50))
+	ph.P99Ms = millis(percentile(all, 0.99))
+	if len(all) > 0 {
+		ph.MaxMs = millis(all[len(all)-1])
+	}
+	return ph
+}
+
+// percentile returns the nearest-rank percentile of sorted durations.
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(float64(len(sorted))*p+0.999999) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+func millis(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// ratio is a/b, or 0 when b is 0, so that a report stays valid JSON.
+func ratio(a, b float64) float64 {
+	if b <= 0 {
+		return 0
+	}
+	return a / b
+}

@@ -1,0 +1,345 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/storybus/storybus/bus"
+	"github.com/storybus/storybus/bus/config"
+	"github.com/storybus/storybus/bus/som"
+	"github.com/storybus/storybus/bus/store"
+)
+
+// env is the one process layout every phase runs in: an embedded JetStream
+// in a fresh directory, one in-process connection to it (exactly as the bus
+// connects), and the bus serving its publish API on a loopback listener.
+type env struct {
+	o   Options
+	dir string
+	ns  *server.Server
+	st  *store.Store
+	srv *bus.Server
+	// metrics are the bus's own, read for its inside view of a phase.
+	metrics *bus.Metrics
+	api     *http.Server
+	base    string
+	client  *http.Client
+}
+
+func newEnv(ctx context.Context, o Options) (_ *env, err error) {
+	e := &env{o: o}
+	defer func() {
+		if err != nil {
+			e.close()
+		}
+	}()
+	if e.dir, err = os.MkdirTemp(o.DataDir, "storybus-bench-"); err != nil {
+		return nil, err
+	}
+	e.ns, err = store.StartEmbedded(store.EmbeddedOptions{
+		DataDir:      e.dir,
+		SyncAlways:   o.Sync == SyncAlways,
+		SyncInterval: o.SyncInterval,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if e.st, err = store.Connect(store.Options{Embedded: e.ns, Name: "storybus-bench"}); err != nil {
+		return nil, err
+	}
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	e.metrics = bus.NewMetrics()
+	e.srv = bus.New(bus.Options{Store: e.st, Logger: log, Metrics: e.metrics})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	e.api = &http.Server{Handler: e.srv.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	go func() { _ = e.api.Serve(ln) }()
+	e.base = "http://" + ln.Addr().String()
+	// Keep-alive for every producer: a connection per request would measure
+	// TCP set-up, not the bus.
+	idle := 2*o.Producers + 4
+	e.client = &http.Client{
+		Timeout: 30 * time.Second,
+		Transport: &http.Transport{
+			Proxy:               nil,
+			MaxIdleConns:        idle,
+			MaxIdleConnsPerHost: idle,
+			IdleConnTimeout:     2 * time.Minute,
+			DisableCompression:  true,
+		},
+	}
+	return e, nil
+}
+
+func (e *env) close() {
+	if e.client != nil {
+		e.client.CloseIdleConnections()
+	}
+	if e.api != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = e.api.Shutdown(ctx)
+		cancel()
+	}
+	if e.srv != nil {
+		e.srv.Wait()
+	}
+	if e.st != nil {
+		e.st.Close()
+	}
+	if e.ns != nil {
+		e.ns.Shutdown()
+		e.ns.WaitForShutdown()
+	}
+	if e.dir != "" {
+		_ = os.RemoveAll(e.dir)
+	}
+}
+
+// target is one way of writing a message durably, opened on fresh streams.
+type target interface {
+	// publish writes one message. status is the HTTP status for the bus and
+	// 0 otherwise; err is set for anything but an accepted message.
+	publish(ctx context.Context, m message) (status int, err error)
+	// settle waits for background work the target's writes started.
+	settle()
+	// streamMessages reports how many messages the target's topic holds.
+	streamMessages(ctx context.Context) (uint64, error)
+	// remove deletes the target's stream and bucket.
+	remove(ctx context.Context) error
+}
+
+// open opens the phase's target on fresh streams named after ws.
+func (e *env) open(ctx context.Context, p PhaseName, ws string) (target, error) {
+	switch p {
+	case PhaseBus:
+		return e.openBus(ctx, ws)
+	case PhaseRaw:
+		w, err := e.st.OpenWorkspace(ctx, ws, config.MinIdempotencyWindow, 0)
+		if err != nil {
+			return nil, err
+		}
+		return &rawTarget{wsStore{js: e.st.JS, id: ws}, w}, nil
+	case PhaseThreeWrite:
+		w, err := e.st.OpenWorkspace(ctx, ws, config.MinIdempotencyWindow, 0)
+		if err != nil {
+			return nil, err
+		}
+		return &threeWriteTarget{rawTarget{wsStore{js: e.st.JS, id: ws}, w}}, nil
+	}
+	return nil, fmt.Errorf("unknown phase %q", p)
+}
+
+// wsStore is what the store-level targets share: the workspace's stream and
+// bucket, opened with exactly the bus's configuration.
+type wsStore struct {
+	js jetstream.JetStream
+	id string
+}
+
+func (s wsStore) streamMessages(ctx context.Context) (uint64, error) {
+	st, err := s.js.Stream(ctx, store.StreamName(s.id))
+	if err != nil {
+		return 0, err
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return info.State.Msgs, nil
+}
+
+func (s wsStore) remove(ctx context.Context) error {
+	return errors.Join(s.js.DeleteStream(ctx, store.StreamName(s.id)), s.js.DeleteKeyValue(ctx, store.RecordsBucket(s.id)))
+}
+
+// busTarget publishes through the bus's HTTP API with a bearer token.
+type busTarget struct {
+	wsStore
+	e    *env
+	url  string
+	auth string
+}
+
+// openBus serves a fresh workspace with one connection granted SystemID and
+// every message type, and gets its token the way a producer does.
+func (e *env) openBus(ctx context.Context, ws string) (*busTarget, error) {
+	key, secret := randomSecret(), randomSecret()
+	cfg := &config.Workspace{
+		ID:         ws,
+		SigningKey: key,
+		Connections: []config.Connection{{
+			Name:       SystemID,
+			ClientID:   SystemID,
+			SecretHash: config.HashSecret(secret),
+			Grant: config.Grant{Publish: config.PublishGrant{
+				SystemIDs:    []string{SystemID},
+				MessageTypes: []string{som.TypeStoryContext, som.TypeStoryEvent, som.TypeAssetReference},
+			}},
+		}},
+	}
+	cfg.Default()
+	if err := e.srv.Apply(ctx, cfg); err != nil {
+		return nil, err
+	}
+	token, err := e.token(ctx, ws, SystemID, secret)
+	if err != nil {
+		return nil, err
+	}
+	return &busTarget{
+		wsStore: wsStore{js: e.st.JS, id: ws},
+		e:       e,
+		url:     e.base + "/v1/tenants/" + ws + "/messages",
+		auth:    "Bearer " + token,
+	}, nil
+}
+
+// token gets an access token with the client-credentials flow.
+func (e *env) token(ctx context.Context, ws, clientID, secret string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.base+"/v1/tenants/"+ws+"/tokens", nil)
+	if err != nil {
+		return "", err
+	}
+	req.SetBasicAuth(clientID, secret)
+	resp, err := e.client.Do(req)
+	if err != nil {
+		return "", fmt.Errorf("token: %w", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if err != nil {
+		return "", fmt.Errorf("token: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("token: HTTP %d: %s", resp.StatusCode, body)
+	}
+	var tr bus.TokenResponse
+	if err := json.Unmarshal(body, &tr); err != nil || tr.AccessToken == "" {
+		return "", fmt.Errorf("token: unexpected answer %s", body)
+	}
+	return tr.AccessToken, nil
+}
+
+func (t *busTarget) publish(ctx context.Context, m message) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.url, bytes.NewReader(m.body))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Authorization", t.auth)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := t.e.client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return resp.StatusCode, fmt.Errorf("HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(body))
+	}
+	// Drain the answer so the connection goes back to the pool.
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode, nil
+}
+
+// settle waits for the bus's background record marks, so they do not
+// spill into the next phase.
+func (t *busTarget) settle() { t.e.srv.Wait() }
+
+// inside returns the bus's own mean timings of the workspace, in
+// milliseconds, from its metrics: the handler's answer time of accepted
+// messages ("handler") and each store operation's.
+func (t *busTarget) inside() (map[string]float64, error) {
+	families, err := t.e.metrics.Registry.Gather()
+	if err != nil {
+		return nil, err
+	}
+	means := map[string]float64{}
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			h := m.GetHistogram()
+			if labels["workspace"] != t.id || h == nil || h.GetSampleCount() == 0 {
+				continue
+			}
+			mean := h.GetSampleSum() / float64(h.GetSampleCount()) * 1000
+			switch {
+			case f.GetName() == "storybus_publish_duration_seconds" && labels["status"] == "202":
+				means["handler"] = mean
+			case f.GetName() == "storybus_store_operation_duration_seconds" && labels["op"] != "":
+				means[labels["op"]] = mean
+			}
+		}
+	}
+	return means, nil
+}
+
+// rawTarget is one durable JetStream publish per message, de-duplicated on
+// Nats-Msg-Id, to a stream configured like the bus's topic.
+type rawTarget struct {
+	wsStore
+	ws *store.Workspace
+}
+
+func (t *rawTarget) topicMsg(m message) *nats.Msg {
+	return &nats.Msg{
+		Subject: store.Subject(t.ws.ID, som.FamilyStoryContext, m.story),
+		Data:    m.body,
+		Header:  nats.Header{nats.MsgIdHdr: []string{m.id}},
+	}
+}
+
+func (t *rawTarget) publish(ctx context.Context, m message) (int, error) {
+	_, err := t.js.PublishMsg(ctx, t.topicMsg(m))
+	return 0, err
+}
+
+func (t *rawTarget) settle() {}
+
+// threeWriteTarget is the naive idempotent publish: create the record,
+// publish, mark the record published, each a sequential durable write.
+type threeWriteTarget struct{ rawTarget }
+
+func (t *threeWriteTarget) publish(ctx context.Context, m message) (int, error) {
+	key := store.EncodeToken(m.id)
+	rev, err := t.ws.Records.Create(ctx, key, recordValue(m.body, "recorded"))
+	if err != nil {
+		return 0, fmt.Errorf("record create: %w", err)
+	}
+	if _, err := t.js.PublishMsg(ctx, t.topicMsg(m)); err != nil {
+		return 0, fmt.Errorf("publish: %w", err)
+	}
+	if _, err := t.ws.Records.Update(ctx, key, recordValue(m.body, "published"), rev); err != nil {
+		return 0, fmt.Errorf("record update: %w", err)
+	}
+	return 0, nil
+}
+
+// randomSecret returns 32 random bytes, hex-encoded: a signing key or a
+// client secret.
+func randomSecret() string {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

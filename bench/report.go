@@ -1,0 +1,266 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+)
+
+// Report is the result of a run. Its headline numbers (Bus, Raw,
+// ThreeWrite and the ratios) are those of the median round.
+type Report struct {
+	Machine  Machine  `json:"machine"`
+	Settings Settings `json:"settings"`
+	// MedianRound is the round, from 1, whose bus ÷ raw single ratio is the
+	// median (the lower one for an even number of rounds).
+	MedianRound int   `json:"median_round"`
+	Bus         Phase `json:"bus"`
+	Raw         Phase `json:"raw_single"`
+	ThreeWrite  Phase `json:"three_write"`
+	// BusOverRaw is the bus's messages/s divided by raw single's.
+	BusOverRaw float64 `json:"bus_over_raw_single"`
+	// BusOverThreeWrite is the bus's messages/s divided by three-write's.
+	BusOverThreeWrite float64 `json:"bus_over_three_write"`
+	// Rounds holds every round.
+	Rounds []Round `json:"rounds"`
+}
+
+// Round is one run of the three phases.
+type Round struct {
+	Round             int     `json:"round"`
+	Bus               Phase   `json:"bus"`
+	Raw               Phase   `json:"raw_single"`
+	ThreeWrite        Phase   `json:"three_write"`
+	BusOverRaw        float64 `json:"bus_over_raw_single"`
+	BusOverThreeWrite float64 `json:"bus_over_three_write"`
+}
+
+func (r *Round) set(ph Phase) {
+	switch ph.Name {
+	case PhaseBus:
+		r.Bus = ph
+	case PhaseRaw:
+		r.Raw = ph
+	case PhaseThreeWrite:
+		r.ThreeWrite = ph
+	}
+}
+
+// Phase is what one phase measured.
+type Phase struct {
+	Name PhaseName `json:"name"`
+	// Writes says how many durable writes each message costs.
+	Writes string `json:"durable_writes_per_message"`
+	// Accepted counts the measured messages that were accepted (202 for
+	// the bus), Seconds the measured time, PerSecond their quotient.
+	Accepted  int64   `json:"accepted"`
+	Seconds   float64 `json:"seconds"`
+	PerSecond float64 `json:"messages_per_second"`
+	// Latency percentiles of the measured accepted messages, per request.
+	MeanMs float64 `json:"mean_ms"`
+	P50Ms  float64 `json:"p50_ms"`
+	P99Ms  float64 `json:"p99_ms"`
+	MaxMs  float64 `json:"max_ms"`
+	// Errors counts every message of the phase, warm-up included, that was
+	// not accepted; ErrorSamples holds a few of their errors.
+	Errors       int64    `json:"errors"`
+	ErrorSamples []string `json:"error_samples,omitempty"`
+	// Statuses counts the bus's answers by HTTP status, warm-up included.
+	Statuses map[int]int64 `json:"http_statuses,omitempty"`
+	// AcceptedTotal counts every accepted message, warm-up included;
+	// StreamMessages is what the phase's stream held at its end. They are
+	// equal unless a message was lost or published twice.
+	AcceptedTotal  int64  `json:"accepted_total"`
+	StreamMessages uint64 `json:"stream_messages"`
+	// PayloadBytes is the mean size of a message body.
+	PayloadBytes int64 `json:"payload_bytes"`
+	// BusInsideMs is the bus's own view of the phase, warm-up included:
+	// mean milliseconds of its handler for accepted messages ("handler")
+	// and of each store operation (record_create, publish, record_mark).
+	BusInsideMs map[string]float64 `json:"bus_inside_mean_ms,omitempty"`
+}
+
+// problems lists what makes the phase a failed measurement.
+func (ph Phase) problems(round int) []error {
+	var errs []error
+	if ph.Errors > 0 {
+		errs = append(errs, fmt.Errorf("round %d, %s: %d messages not accepted, e.g. %s", round, ph.Name, ph.Errors, strings.Join(ph.ErrorSamples, "; ")))
+	}
+	if ph.AcceptedTotal == 0 {
+		errs = append(errs, fmt.Errorf("round %d, %s: no message was accepted", round, ph.Name))
+	}
+	if uint64(ph.AcceptedTotal) != ph.StreamMessages {
+		errs = append(errs, fmt.Errorf("round %d, %s: %d messages accepted but the stream holds %d", round, ph.Name, ph.AcceptedTotal, ph.StreamMessages))
+	}
+	return errs
+}
+
+// Machine describes where the benchmark ran.
+type Machine struct {
+	CPUs       int    `json:"cpus"`
+	GOMAXPROCS int    `json:"gomaxprocs"`
+	OS         string `json:"goos"`
+	Arch       string `json:"goarch"`
+	GoVersion  string `json:"go_version"`
+	// LoadStart and LoadEnd are the 1, 5 and 15 minute load averages at
+	// the start and end of the run, where the system tells them.
+	LoadStart string `json:"load_average_start,omitempty"`
+	LoadEnd   string `json:"load_average_end,omitempty"`
+}
+
+func currentMachine() Machine {
+	return Machine{
+		CPUs:       runtime.NumCPU(),
+		GOMAXPROCS: runtime.GOMAXPROCS(0),
+		OS:         runtime.GOOS,
+		Arch:       runtime.GOARCH,
+		GoVersion:  runtime.Version(),
+		LoadStart:  loadAverage(),
+	}
+}
+
+// loadAverage returns the system's load averages, or "" where unknown.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return ""
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// Settings are the options a run used, as the command line spells them.
+type Settings struct {
+	Sync         string `json:"sync"`
+	SyncInterval string `json:"sync_interval,omitempty"`
+	Producers    int    `json:"producers"`
+	Stories      int    `json:"stories"`
+	Duration     string `json:"duration,omitempty"`
+	Warmup       string `json:"warmup"`
+	Messages     int    `json:"messages,omitempty"`
+	Rounds       int    `json:"rounds"`
+}
+
+func settingsOf(o Options) Settings {
+	s := Settings{
+		Sync:      o.Sync,
+		Producers: o.Producers,
+		Stories:   o.Stories,
+		Warmup:    o.Warmup.String(),
+		Messages:  o.Messages,
+		Rounds:    o.Rounds,
+	}
+	if o.SyncInterval > 0 {
+		s.SyncInterval = o.SyncInterval.String()
+	}
+	if o.Messages == 0 {
+		s.Duration = o.Duration.String()
+	}
+	return s
+}
+
+// Flags returns the settings as `storybus bench` flags.
+func (s Settings) Flags() string {
+	f := []string{"--sync " + s.Sync}
+	if s.SyncInterval != "" {
+		f = append(f, "--sync-interval "+s.SyncInterval)
+	}
+	f = append(f, "--producers "+strconv.Itoa(s.Producers), "--stories "+strconv.Itoa(s.Stories))
+	if s.Messages > 0 {
+		f = append(f, "--messages "+strconv.Itoa(s.Messages))
+	} else {
+		f = append(f, "--duration "+s.Duration)
+	}
+	f = append(f, "--warmup "+s.Warmup, "--rounds "+strconv.Itoa(s.Rounds))
+	return strings.Join(f, " ")
+}
+
+// summarise makes the median round the report's headline.
+func (r *Report) summarise() {
+	if len(r.Rounds) == 0 {
+		return
+	}
+	order := make([]int, len(r.Rounds))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int {
+		x, y := r.Rounds[a].BusOverRaw, r.Rounds[b].BusOverRaw
+		switch {
+		case x < y:
+			return -1
+		case x > y:
+			return 1
+		}
+		return 0
+	})
+	m := r.Rounds[order[(len(order)-1)/2]]
+	r.MedianRound = m.Round
+	r.Bus, r.Raw, r.ThreeWrite = m.Bus, m.Raw, m.ThreeWrite
+	r.BusOverRaw, r.BusOverThreeWrite = m.BusOverRaw, m.BusOverThreeWrite
+}
+
+// phaseLabels are the table's names of the phases.
+var phaseLabels = map[PhaseName]string{
+	PhaseBus:        "bus (HTTP API)",
+	PhaseRaw:        "raw single publish",
+	PhaseThreeWrite: "three-write",
+}
+
+// WriteTable writes the report as a table for people.
+func (r *Report) WriteTable(w io.Writer) error {
+	m := r.Machine
+	var b strings.Builder
+	fmt.Fprintf(&b, "storybus publish benchmark\n")
+	fmt.Fprintf(&b, "machine: %d CPUs (GOMAXPROCS %d), %s/%s, %s", m.CPUs, m.GOMAXPROCS, m.OS, m.Arch, m.GoVersion)
+	if m.LoadStart != "" {
+		fmt.Fprintf(&b, ", load average %s at start, %s at end", m.LoadStart, m.LoadEnd)
+	}
+	fmt.Fprintf(&b, "\nflags:   %s\n", r.Settings.Flags())
+	fmt.Fprintf(&b, "store:   embedded JetStream, file storage, one in-process connection; messages of %d bytes\n", r.Bus.PayloadBytes)
+	if len(r.Rounds) > 1 {
+		fmt.Fprintf(&b, "rounds:  %d, the table shows round %d (median bus ÷ raw single)\n", len(r.Rounds), r.MedianRound)
+	}
+	b.WriteString("\n")
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "phase\tdurable writes/msg\tmsgs/s\tp50 ms\tp99 ms\taccepted\terrors")
+	for _, ph := range []Phase{r.Bus, r.Raw, r.ThreeWrite} {
+		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.2f\t%.2f\t%d\t%d\n",
+			phaseLabels[ph.Name], ph.Writes, ph.PerSecond, ph.P50Ms, ph.P99Ms, ph.Accepted, ph.Errors)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(&b, "\nbus ÷ raw single:  %.2f×\nbus ÷ three-write: %.2f×\n", r.BusOverRaw, r.BusOverThreeWrite)
+	if in := r.Bus.BusInsideMs; len(in) > 0 {
+		fmt.Fprintf(&b, "\ninside the bus (its metrics, mean ms, warm-up included): handler %.2f; record_create %.2f, publish %.2f, record_mark %.2f (after the answer)\n",
+			in["handler"], in["record_create"], in["publish"], in["record_mark"])
+	}
+	if len(r.Rounds) > 1 {
+		b.WriteString("\n")
+		tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "round\tbus msgs/s\traw msgs/s\tthree-write msgs/s\tbus ÷ raw\tbus ÷ three-write")
+		for _, rd := range r.Rounds {
+			fmt.Fprintf(tw, "%d\t%.0f\t%.0f\t%.0f\t%.2f\t%.2f\n", rd.Round, rd.Bus.PerSecond, rd.Raw.PerSecond,
+				rd.ThreeWrite.PerSecond, rd.BusOverRaw, rd.BusOverThreeWrite)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	for _, ph := range []Phase{r.Bus, r.Raw, r.ThreeWrite} {
+		for _, e := range ph.ErrorSamples {
+			fmt.Fprintf(&b, "error (%s): %s\n", ph.Name, e)
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
