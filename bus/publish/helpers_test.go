@@ -22,8 +22,9 @@ import (
 // fakeClock is the wall clock plus an offset that tests advance.
 type fakeClock struct{ offset atomic.Int64 }
 
-func (c *fakeClock) Now() time.Time           { return time.Now().Add(time.Duration(c.offset.Load())) }
-func (c *fakeClock) Advance(d time.Duration)  { c.offset.Add(int64(d)) }
+func (c *fakeClock) Now() time.Time          { return time.Now().Add(time.Duration(c.offset.Load())) }
+func (c *fakeClock) Advance(d time.Duration) { c.offset.Add(int64(d)) }
+
 var _ publish.Clock = (*fakeClock)(nil)
 
 // countingPublisher counts topic publish calls that the store acknowledged
