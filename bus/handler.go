@@ -143,18 +143,7 @@ func (s *Server) authenticate(r *request) []rules.Violation {
 		return one(rules.New(rules.AuthTokenMissing, "send Authorization: Bearer <token>", ""))
 	}
 	now := s.opts.Clock.Now()
-	cfg := r.cfg
-	peek, ok := auth.Peek(token)
-	if ok && peek.Workspace() != r.ws.id {
-		// A token of another workspace this bus serves is verified with
-		// that workspace's key, so that stage 4 can say workspace.mismatch.
-		other, served := s.workspace(peek.Workspace())
-		if !served {
-			return one(rules.New(rules.AuthTokenInvalid, "the token is not valid for this bus", ""))
-		}
-		cfg = other.cfg.Load()
-	}
-	claims, rule := auth.Verify(cfg, token, now)
+	claims, cfg, rule := s.verifyToken(r, token, now)
 	if rule != "" {
 		return one(rules.New(rule, tokenMessages[rule], ""))
 	}
@@ -163,6 +152,51 @@ func (s *Server) authenticate(r *request) []rules.Violation {
 	}
 	r.conn, _ = cfg.Connection(claims.Connection())
 	return nil
+}
+
+// verifiedToken is a token that passed verification against cfg.
+type verifiedToken struct {
+	claims  *auth.Claims
+	cfg     *config.Workspace
+	expires time.Time
+}
+
+// maxCachedTokens bounds the verified-token cache; producers reuse a token
+// for its lifetime, so the cache holds about one per connection.
+const maxCachedTokens = 10_000
+
+// verifyToken verifies a bearer token, remembering the result until the
+// token expires or its workspace's configuration changes (a rotation, a
+// deactivation), so a producer's token is parsed once, not per request.
+func (s *Server) verifyToken(r *request, token string, now time.Time) (*auth.Claims, *config.Workspace, string) {
+	if v, ok := s.tokens.Load(token); ok {
+		vt := v.(*verifiedToken)
+		if ws, served := s.workspace(vt.claims.Workspace()); served && ws.cfg.Load() == vt.cfg && now.Before(vt.expires) {
+			return vt.claims, vt.cfg, ""
+		}
+		s.tokens.Delete(token)
+	}
+	cfg := r.cfg
+	peek, ok := auth.Peek(token)
+	if ok && peek.Workspace() != r.ws.id {
+		// A token of another workspace this bus serves is verified with
+		// that workspace's key, so that stage 4 can say workspace.mismatch.
+		other, served := s.workspace(peek.Workspace())
+		if !served {
+			return nil, nil, rules.AuthTokenInvalid
+		}
+		cfg = other.cfg.Load()
+	}
+	claims, rule := auth.Verify(cfg, token, now)
+	if rule != "" {
+		return nil, nil, rule
+	}
+	if s.tokenCount.Add(1) > maxCachedTokens {
+		s.tokens.Clear()
+		s.tokenCount.Store(0)
+	}
+	s.tokens.Store(token, &verifiedToken{claims: claims, cfg: cfg, expires: claims.ExpiresAt.Time})
+	return claims, cfg, ""
 }
 
 var tokenMessages = map[string]string{

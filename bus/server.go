@@ -52,6 +52,9 @@ type Server struct {
 	mu         sync.Mutex // serialises Apply
 	workspaces atomic.Pointer[map[string]*workspace]
 	engine     *gin.Engine
+	// tokens caches verified bearer tokens (see verifyToken).
+	tokens     sync.Map
+	tokenCount atomic.Int64
 }
 
 // workspace is one served workspace: its current configuration, swapped
