@@ -343,6 +343,11 @@ func (a *attempt) commit(ctx context.Context, republish bool) Outcome {
 				return Outcome{Abandoned: true}
 			}
 			a.published(ack)
+			if ack != nil && ack.Duplicate {
+				// The topic already holds this message_id: an earlier
+				// attempt published it.
+				return Outcome{Status: http.StatusOK, Duplicate: true}
+			}
 			tolerated := append([]rules.Violation{}, a.in.Warnings...)
 			if !republish {
 				tolerated = append(append(tolerated, a.seqWarn...), a.decision.Warnings...)

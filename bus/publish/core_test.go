@@ -143,7 +143,9 @@ func TestConcurrentRetriesPublishOnce(t *testing.T) {
 				e.publish(body)
 				e.faults.clear()
 				e.restart()
-				e.clock.Advance(publish.Lease)
+				// The first record's lease has run out; a takeover's
+				// fresh record starts a new one.
+				e.clock.Freeze(time.Now().Add(publish.Lease))
 			}
 			const n = 12
 			outs := make([]publish.Outcome, n)
@@ -255,10 +257,11 @@ func TestLostMarkOfAnEvent(t *testing.T) {
 	e.restart()
 	want(t, e.publish(body), http.StatusServiceUnavailable, rules.MessageInFlight)
 	e.clock.Advance(publish.Lease)
-	want(t, e.publish(body), http.StatusAccepted, "")
+	// The republication is dropped by the topic's duplicate window: the
+	// message was published, so the answer is duplicate.
+	want(t, e.publish(body), http.StatusOK, "")
 	e.core.Wait()
 	want(t, e.publish(body), http.StatusOK, "")
-	// The topic's duplicate window dropped the republication.
 	if got := e.streamCount(id); got != 1 {
 		t.Fatalf("stream holds %d copies", got)
 	}
@@ -293,7 +296,7 @@ func TestStoppedAfterPublish(t *testing.T) {
 	e.restart()
 	want(t, e.publish(body), http.StatusServiceUnavailable, rules.MessageInFlight)
 	e.clock.Advance(publish.Lease)
-	want(t, e.publish(body), http.StatusAccepted, "")
+	want(t, e.publish(body), http.StatusOK, "")
 	if got := e.streamCount(id); got != 1 {
 		t.Fatalf("within the duplicate window the stream holds %d copies, want 1", got)
 	}

@@ -151,30 +151,25 @@ func (c *Core) snapshotPublished(ctx context.Context, subject string, msg *som.M
 	case !head.Exists || head.SequenceNumber <= msg.SequenceNumber:
 		return false, head, nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, c.opTimeout)
-	defer cancel()
-	cons, err := c.ws.Stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{subject},
-		HeadersOnly:    true,
-	})
-	if err != nil {
-		return false, head, err
-	}
-	for {
-		m, err := cons.Next(jetstream.FetchContext(ctx))
-		if err != nil {
-			return false, head, err
-		}
-		meta, err := m.Metadata()
-		if err != nil {
-			return false, head, err
-		}
-		if m.Headers().Get(nats.MsgIdHdr) == msg.MessageID {
-			return true, head, nil
-		}
-		seq, _ := strconv.ParseInt(m.Headers().Get(HeaderSequence), 10, 64)
-		if seq >= msg.SequenceNumber || meta.Sequence.Stream >= head.SubjectSeq {
+	// Walk the story subject with direct gets (served by any replica),
+	// up to the first snapshot at or past msg's sequence number.
+	for next := uint64(1); ; {
+		cctx, cancel := context.WithTimeout(ctx, c.opTimeout)
+		m, err := c.ws.Stream.GetMsg(cctx, next, jetstream.WithGetMsgSubject(subject))
+		cancel()
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			return false, head, nil
 		}
+		if err != nil {
+			return false, head, err
+		}
+		if m.Header.Get(nats.MsgIdHdr) == msg.MessageID {
+			return true, head, nil
+		}
+		seq, _ := strconv.ParseInt(m.Header.Get(HeaderSequence), 10, 64)
+		if seq >= msg.SequenceNumber || m.Sequence >= head.SubjectSeq {
+			return false, head, nil
+		}
+		next = m.Sequence + 1
 	}
 }

@@ -2,6 +2,7 @@ package publish_test
 
 import (
 	"context"
+	"errors"
 	"encoding/json"
 	"fmt"
 	"sync"
@@ -19,11 +20,25 @@ import (
 	"github.com/storybus/storybus/bus/store"
 )
 
-// fakeClock is the wall clock plus an offset that tests advance.
-type fakeClock struct{ offset atomic.Int64 }
+// fakeClock is the wall clock plus an offset that tests advance, or a
+// frozen instant.
+type fakeClock struct {
+	offset atomic.Int64
+	frozen atomic.Int64 // UnixNano; 0 when not frozen
+}
 
-func (c *fakeClock) Now() time.Time          { return time.Now().Add(time.Duration(c.offset.Load())) }
+func (c *fakeClock) Now() time.Time {
+	if f := c.frozen.Load(); f != 0 {
+		return time.Unix(0, f)
+	}
+	return time.Now().Add(time.Duration(c.offset.Load()))
+}
+
 func (c *fakeClock) Advance(d time.Duration) { c.offset.Add(int64(d)) }
+
+// Freeze stops the clock at t: records written before t-Lease are past
+// their lease, records written later are not.
+func (c *fakeClock) Freeze(t time.Time) { c.frozen.Store(t.UnixNano()) }
 
 var _ publish.Clock = (*fakeClock)(nil)
 
@@ -88,10 +103,27 @@ type env struct {
 	faults *faultSet
 	pub    *countingPublisher
 	core   *publish.Core
+	// url and replicas are set on an external cluster.
+	url      string
+	replicas int
 }
+
+// externalCluster, while set, makes newEnv use an external NATS cluster.
+type externalCluster struct {
+	url      string
+	replicas int
+	next     atomic.Int64
+}
+
+var external *externalCluster
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
+	if external != nil {
+		e := &env{t: t, clock: &fakeClock{}, faults: &faultSet{}, url: external.url, replicas: external.replicas}
+		e.connect(fmt.Sprintf("ws%d", external.next.Add(1)), 7*24*time.Hour)
+		return e
+	}
 	ns, err := store.StartEmbedded(store.EmbeddedOptions{DataDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
@@ -105,7 +137,7 @@ func newEnv(t *testing.T) *env {
 // connect (re)connects and builds a fresh core: a restarted bus process.
 func (e *env) connect(workspace string, window time.Duration) {
 	e.t.Helper()
-	st, err := store.Connect(store.Options{Embedded: e.ns})
+	st, err := store.Connect(store.Options{Embedded: e.ns, URL: e.url, Replicas: e.replicas})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -117,7 +149,7 @@ func (e *env) connect(workspace string, window time.Duration) {
 	e.st, e.ws = st, ws
 	e.pub = &countingPublisher{js: st.JS}
 	e.core = publish.New(ws, st.JS, publish.Options{
-		Clock: e.clock, Faults: e.faults.hook, Publisher: e.pub, OpTimeout: 2 * time.Second,
+		Clock: e.clock, Faults: e.faults.hook, Publisher: e.pub, OpTimeout: 10 * time.Second,
 	})
 }
 
@@ -210,21 +242,20 @@ func ruleIDs(o publish.Outcome) []string {
 func (e *env) streamCount(messageID string) int {
 	e.t.Helper()
 	ctx := context.Background()
-	c, err := e.ws.Stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
-	if err != nil {
-		e.t.Fatal(err)
-	}
 	info, err := e.ws.Stream.Info(ctx)
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	n := 0
-	for i := uint64(0); i < info.State.Msgs; i++ {
-		m, err := c.Next(jetstream.FetchMaxWait(2 * time.Second))
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
+		m, err := e.ws.Stream.GetMsg(ctx, seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
 		if err != nil {
 			e.t.Fatal(err)
 		}
-		if m.Headers().Get(nats.MsgIdHdr) == messageID {
+		if m.Header.Get(nats.MsgIdHdr) == messageID {
 			n++
 		}
 	}

@@ -15,8 +15,9 @@ import (
 
 // FuzzParseValidate feeds arbitrary bodies through Parse, Validate and
 // ContentHash. Nothing may panic; Parse must agree with encoding/json on
-// what it accepts and refuse only for its documented strict reasons; every
-// violation must be catalogued and located by a JSON Pointer.
+// what it accepts and refuse only for its documented strict reasons;
+// ContentHash must equal SHA-256 of the jcs package's canonical form of the
+// body; every violation must be catalogued and located by a JSON Pointer.
 func FuzzParseValidate(f *testing.F) {
 	f.Add(typicalStory())
 	for _, tc := range validateCases {
@@ -32,6 +33,7 @@ func FuzzParseValidate(f *testing.F) {
 		nested(som.MaxDepth), nested(som.MaxDepth + 1), `{"a/b~c":1}`, `{"message_type":"story.context","payload":{}}`,
 		`{"message_type":"asset.reference","payload":{"rights":{"expires_at":"x"}}}`,
 		`{"message_type":"story.event","payload":{"details":{"a":[1,{"b":null}]}}}`,
+		`{"\ue000":1,"\ud83d\ude00":[1.0,1e21,-0,1e-7],"\u2028":"\u001f\/\u00e9"}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -50,8 +52,12 @@ func FuzzParseValidate(f *testing.F) {
 		if !reflect.DeepEqual(m.Doc, want) {
 			t.Fatalf("Parse and encoding/json disagree on %q:\n%#v\n%#v", body, m.Doc, want)
 		}
-		if _, err := m.ContentHash(); err != nil {
+		h, err := m.ContentHash()
+		if err != nil {
 			t.Fatalf("ContentHash of an accepted message: %v: %q", err, body)
+		}
+		if h != jcsHash(t, body) {
+			t.Fatalf("ContentHash differs from SHA-256 of the jcs form of %q", body)
 		}
 		refusals, warnings := som.Validate(m)
 		for _, v := range slices.Concat(refusals, warnings) {
