@@ -1,0 +1,97 @@
+package config_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/storybus/storybus/bus/config"
+	"github.com/storybus/storybus/config/samples"
+)
+
+func TestSampleParses(t *testing.T) {
+	w, err := config.Parse(samples.Workspace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.ID != samples.WorkspaceID || w.IdempotencyWindow.Duration != 168*time.Hour || w.Ownership.NotOwner != config.NotOwnerTolerate {
+		t.Fatalf("sample %+v", w)
+	}
+	cms, ok := w.ConnectionByClientID(samples.CMSClientID)
+	if !ok || !cms.CheckSecret(samples.CMSSecret) || cms.CheckSecret(samples.WireSecret) {
+		t.Fatal("the sample cms secret does not match its hash")
+	}
+	wire, _ := w.ConnectionByClientID(samples.WireClientID)
+	if !wire.CheckSecret(samples.WireSecret) {
+		t.Fatal("the sample wire secret does not match its hash")
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	w, err := config.Parse([]byte("workspace: w1\nsigningKey: 0123456789abcdef0123456789abcdef\nconnections: [{name: a}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.TokenTTL.Duration != time.Hour || w.Connections[0].ClientID != "a" || !w.Connections[0].IsActive() || w.Kind != config.Kind {
+		t.Fatalf("defaults %+v", w)
+	}
+}
+
+func TestValidationReportsEveryProblem(t *testing.T) {
+	_, err := config.Parse([]byte(`
+workspace: Bad_ID
+idempotencyWindow: 24h
+signingKey: short
+ownership: {notOwner: sometimes, owners: [{storyIDPattern: "(", systemID: cms}]}
+firewall: {blockedPatterns: ["["]}
+connections:
+  - {name: a, secretHash: md5:abc}
+  - {name: a}
+`))
+	if err == nil {
+		t.Fatal("accepted")
+	}
+	for _, want := range []string{"DNS label", "under the minimum of 168h", "signingKey", "tolerate or refuse",
+		"storyIDPattern", "blockedPatterns", "sha256:", `"a" is used twice`} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q:\n%v", want, err)
+		}
+	}
+}
+
+func TestUnknownFieldsAreErrors(t *testing.T) {
+	if _, err := config.Parse([]byte("workspace: w1\nsigningKey: 0123456789abcdef0123456789abcdef\nconections: []\n")); err == nil {
+		t.Fatal("a misspelt field was ignored")
+	}
+}
+
+func TestSigningKeyFile(t *testing.T) {
+	dir := t.TempDir()
+	key := filepath.Join(dir, "key")
+	if err := os.WriteFile(key, []byte("0123456789abcdef0123456789abcdef\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(dir, "ws.yaml")
+	if err := os.WriteFile(cfg, []byte("workspace: w1\nsigningKeyFile: "+key+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	w, err := config.Load(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.SigningKey != "0123456789abcdef0123456789abcdef" {
+		t.Fatalf("key %q", w.SigningKey)
+	}
+}
+
+func TestHashSecret(t *testing.T) {
+	c := config.Connection{SecretHash: config.HashSecret("s3cret")}
+	if !c.CheckSecret("s3cret") || c.CheckSecret("s3cret ") || c.CheckSecret("") {
+		t.Fatal("CheckSecret")
+	}
+	if (&config.Connection{SecretHash: "s3cret"}).CheckSecret("s3cret") {
+		t.Fatal("an unhashed secret matched")
+	}
+}
