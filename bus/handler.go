@@ -62,17 +62,11 @@ func one(v rules.Violation) []rules.Violation { return []rules.Violation{v} }
 
 // publish handles POST /v1/tenants/{t}/messages.
 func (s *Server) publish(c *gin.Context) {
-	start := time.Now()
 	ws, ok := s.workspace(c.Param("tenant"))
 	if !ok {
 		missingAuthenticationToken(c)
 		return
 	}
-	defer func() {
-		rule, _ := c.Get(ctxRule)
-		r, _ := rule.(string)
-		s.metrics.observeRequest(ws.id, strconv.Itoa(c.Writer.Status()), r, time.Since(start))
-	}()
 	ctx, cancel := context.WithTimeout(c.Request.Context(), s.opts.RequestTimeout)
 	defer cancel()
 	req := &request{c: c, ws: ws, cfg: ws.cfg.Load()}
@@ -112,6 +106,27 @@ func (s *Server) publish(c *gin.Context) {
 	}
 }
 
+// observePublish counts every publish answer by workspace, status and rule.
+// It runs outside the panic recovery, so it sees the 503 a panic becomes;
+// an abandoned request (no answer) is counted with status "aborted".
+func (s *Server) observePublish(c *gin.Context) {
+	start := time.Now()
+	defer func() {
+		ws := c.Param("tenant")
+		if _, served := s.workspace(ws); !served {
+			return
+		}
+		status := "aborted"
+		if c.Writer.Written() {
+			status = strconv.Itoa(c.Writer.Status())
+		}
+		rule, _ := c.Get(ctxRule)
+		r, _ := rule.(string)
+		s.metrics.observeRequest(ws, status, r, time.Since(start))
+	}()
+	c.Next()
+}
+
 // readBody is stage 2: the body, read bounded, never whole into memory
 // before its size is known.
 func (s *Server) readBody(r *request) []rules.Violation {
@@ -137,9 +152,9 @@ func (s *Server) readBody(r *request) []rules.Violation {
 
 // authenticate is stage 3: the bearer token.
 func (s *Server) authenticate(r *request) []rules.Violation {
-	token, ok := strings.CutPrefix(r.c.GetHeader("Authorization"), "Bearer ")
+	scheme, token, ok := strings.Cut(r.c.GetHeader("Authorization"), " ")
 	token = strings.TrimSpace(token)
-	if !ok || token == "" {
+	if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
 		return one(rules.New(rules.AuthTokenMissing, "send Authorization: Bearer <token>", ""))
 	}
 	now := s.opts.Clock.Now()

@@ -164,7 +164,7 @@ func (s *Server) routes() *gin.Engine {
 	r.NoRoute(missingAuthenticationToken)
 	r.NoMethod(missingAuthenticationToken)
 	v1 := r.Group("/v1/tenants/:tenant")
-	v1.POST("/messages", s.publish)
+	v1.POST("/messages", s.observePublish, s.recovery, s.publish)
 	v1.POST("/tokens", s.token)
 	return r
 }

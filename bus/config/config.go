@@ -38,6 +38,9 @@ const (
 // stream and bucket names and DNS labels.
 var workspaceIDPattern = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 
+// secretHashPattern is the SecretHash form: "sha256:" and the hex digest.
+var secretHashPattern = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+
 // Duration is a time.Duration written as a Go duration string ("168h").
 type Duration struct{ time.Duration }
 
@@ -301,6 +304,9 @@ func (w *Workspace) Validate() error {
 	if w.IdempotencyWindow.Duration < MinIdempotencyWindow {
 		add("idempotencyWindow %s is under the minimum of 168h", w.IdempotencyWindow.Duration)
 	}
+	if w.TokenTTL.Duration < time.Minute || w.TokenTTL.Duration > 24*time.Hour {
+		add("tokenTTL %s must be between 1m and 24h", w.TokenTTL.Duration)
+	}
 	if len(w.SigningKey) < 32 {
 		add("signingKey must be at least 32 bytes")
 	}
@@ -329,8 +335,8 @@ func (w *Workspace) Validate() error {
 			add("connections[%d].clientID %q is used twice", i, c.ClientID)
 		}
 		names[c.Name], clients[c.ClientID] = true, true
-		if c.SecretHash != "" && !strings.HasPrefix(c.SecretHash, "sha256:") {
-			add("connections[%d].secretHash must start with sha256:", i)
+		if c.SecretHash != "" && !secretHashPattern.MatchString(c.SecretHash) {
+			add("connections[%d].secretHash must be sha256: and 64 lower-case hex digits", i)
 		}
 	}
 	return errors.Join(errs...)

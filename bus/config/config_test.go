@@ -43,6 +43,7 @@ func TestValidationReportsEveryProblem(t *testing.T) {
 	_, err := config.Parse([]byte(`
 workspace: Bad_ID
 idempotencyWindow: 24h
+tokenTTL: 1s
 signingKey: short
 ownership: {notOwner: sometimes, owners: [{storyIDPattern: "(", systemID: cms}]}
 firewall: {blockedPatterns: ["["]}
@@ -54,7 +55,7 @@ connections:
 		t.Fatal("accepted")
 	}
 	for _, want := range []string{"DNS label", "under the minimum of 168h", "signingKey", "tolerate or refuse",
-		"storyIDPattern", "blockedPatterns", "sha256:", `"a" is used twice`} {
+		"storyIDPattern", "blockedPatterns", "64 lower-case hex", `"a" is used twice`, "tokenTTL"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error lacks %q:\n%v", want, err)
 		}

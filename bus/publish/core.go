@@ -506,7 +506,12 @@ func (a *attempt) existing(ctx context.Context, entry jetstream.KeyValueEntry) O
 		if out, done := a.supersededBy(ctx, a.head); done {
 			return out
 		}
+		// The owner is decided as for a first attempt (hand-offs and owner
+		// rules apply); a republication reports no policy warnings.
 		a.decision = Decision{Owner: a.head.Owner}
+		if a.in.Policy != nil {
+			a.decision = a.in.Policy(a.head)
+		}
 		if a.decision.Owner == "" {
 			a.decision.Owner = a.msg.SystemID
 		}

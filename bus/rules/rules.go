@@ -167,7 +167,7 @@ var policyRules = []Rule{
 		Meaning: "Another writer changed the story at the same moment. Nothing was recorded for this message.",
 		Fix:     "Rebuild the snapshot from current state and send it after a moment. If it keeps happening, two processes write one story."},
 	{ID: BusPublishFailed, Status: http.StatusServiceUnavailable, Source: SourcePolicy, Stage: 13, Retry: retryBackoff,
-		Meaning: "Publishing to the topic failed. The message was not published and its record was removed.",
+		Meaning: "Publishing to the topic failed. When the store refused the publish, the message was not published and its record was removed; when the outcome is unknown (a timeout), the record stays and a retry finds out, so retrying is always safe.",
 		Fix:     "Retry with the same message_id and body."},
 	{ID: RegistryUnavailable, Status: http.StatusServiceUnavailable, Source: SourcePolicy, Stage: 13, Retry: retryBackoff,
 		Meaning: "The record store is unreachable. Nothing was published.",

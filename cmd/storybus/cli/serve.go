@@ -91,11 +91,16 @@ func newServeCommand() *cobra.Command {
 				return err
 			}
 			var cfgs []*config.Workspace
+			seen := map[string]string{}
 			for _, p := range o.Configs {
 				cfg, err := config.Load(p)
 				if err != nil {
 					return err
 				}
+				if other, dup := seen[cfg.ID]; dup {
+					return usageError{fmt.Errorf("workspace %q is configured by both %s and %s", cfg.ID, other, p)}
+				}
+				seen[cfg.ID] = p
 				cfgs = append(cfgs, cfg)
 			}
 			return Serve(cmd.Context(), *o, cfgs, newLogger(cmd.ErrOrStderr(), o.LogFormat), nil)
@@ -117,6 +122,16 @@ func newLogger(w interface{ Write([]byte) (int, error) }, format string) *slog.L
 // publish API and the operations endpoints. ready, when set, is called with
 // the bound addresses once both listen.
 func Serve(ctx context.Context, o ServeOptions, cfgs []*config.Workspace, log *slog.Logger, ready func(api, ops net.Addr)) error {
+	for _, cfg := range cfgs {
+		// Story heads live in the topic: it must remember a story at
+		// least as long as its message ids are remembered.
+		if o.TopicRetention != 0 && o.TopicRetention < cfg.IdempotencyWindow.Duration {
+			return usageError{fmt.Errorf("--topic-retention %s is shorter than workspace %q's idempotencyWindow %s", o.TopicRetention, cfg.ID, cfg.IdempotencyWindow.Duration)}
+		}
+	}
+	if o.NATSURL != "" && (o.NATSListen != "" || o.Sync != SyncAlways || o.SyncInterval != 0) {
+		log.Warn("--sync, --sync-interval and --nats-listen apply to the embedded store only; the external cluster's own configuration decides")
+	}
 	var ns *server.Server
 	if o.NATSURL == "" {
 		var err error
