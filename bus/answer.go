@@ -59,7 +59,15 @@ func writeJSON(c *gin.Context, status int, v any) {
 // refuse answers with the refusal shape. The status is the first
 // violation's catalogued status; 429 and 503 carry Retry-After.
 func refuse(c *gin.Context, retryAfter time.Duration, vs ...rules.Violation) {
-	status := rules.Status(vs[0].Rule)
+	refuseStatus(c, 0, retryAfter, vs...)
+}
+
+// refuseStatus answers with the refusal shape and the given status; 0 takes
+// the first violation's catalogued status.
+func refuseStatus(c *gin.Context, status int, retryAfter time.Duration, vs ...rules.Violation) {
+	if status == 0 {
+		status = rules.Status(vs[0].Rule)
+	}
 	if status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable {
 		secs := int(math.Ceil(retryAfter.Seconds()))
 		if secs < 1 {

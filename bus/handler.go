@@ -6,8 +6,6 @@ import (
 	"io"
 	"mime"
 	"net/http"
-	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -19,6 +17,7 @@ import (
 	"github.com/storybus/storybus/bus/publish"
 	"github.com/storybus/storybus/bus/rules"
 	"github.com/storybus/storybus/bus/som"
+	"github.com/storybus/storybus/policy"
 )
 
 // ctxRule is the gin context key under which an answer's rule is kept for
@@ -27,13 +26,16 @@ const ctxRule = "storybus.rule"
 
 // request is one publish request as it passes the stages.
 type request struct {
-	c     *gin.Context
-	ws    *workspace
-	cfg   *config.Workspace
-	body  []byte
-	conn  *config.Connection
-	msg   *som.Message
-	retry time.Duration
+	c *gin.Context
+	// iam is set on the AWS-signed routes.
+	iam    bool
+	limits policy.Limits
+	ws     *workspace
+	cfg    *config.Workspace
+	body   []byte
+	conn   *config.Connection
+	msg    *som.Message
+	retry  time.Duration
 	// warnings are SOM's warnings (stage 8), reported when accepted.
 	warnings []rules.Violation
 }
@@ -51,7 +53,7 @@ func (s *Server) stages() []stage {
 	return []stage{
 		{"size", s.readBody},
 		{"authentication", s.authenticate},
-		{"connection", connectionActive},
+		{"connection, firewall and limits", s.gate},
 		{"parse", parse},
 		{"som", validate},
 		{"grants", grants},
@@ -85,13 +87,13 @@ func (s *Server) publish(c *gin.Context) {
 		Msg:      req.msg,
 		Hash:     hash,
 		Warnings: req.warnings,
-		Policy:   ownership(req.cfg, req.msg),
+		Policy:   s.workspacePolicy(ctx, req),
 	})
 	switch {
 	case out.Abandoned:
 		panic(http.ErrAbortHandler)
 	case out.Refusal != nil:
-		refuse(c, out.RetryAfter, *out.Refusal)
+		refuseStatus(c, out.Status, out.RetryAfter, *out.Refusal)
 	case out.Duplicate:
 		writeJSON(c, http.StatusOK, Duplicate{Accepted: true, Duplicate: true, MessageID: req.msg.MessageID})
 	default:
@@ -220,12 +222,54 @@ var tokenMessages = map[string]string{
 	rules.AuthTokenRevoked: "the token was issued before the connection's last secret rotation",
 }
 
-// connectionActive is stage 4: the connection may publish.
-func connectionActive(r *request) []rules.Violation {
-	if !r.conn.IsActive() {
-		return one(rules.New(rules.ConnectionInactive, "connection "+r.conn.Name+" is not active", ""))
+// gate is stages 4 to 6: the connection and the firewall, decided by the
+// workspace policy in one evaluation, then the limits it returns.
+func (s *Server) gate(r *request) []rules.Violation {
+	mediaType := ""
+	if ct := r.c.GetHeader("Content-Type"); ct != "" {
+		mediaType, _, _ = mime.ParseMediaType(ct)
 	}
-	return nil
+	verdict, err := r.ws.policy.Gate(r.c.Request.Context(), policy.GateInput{
+		Connection: r.conn.Name,
+		IAM:        r.iam,
+		ClientIP:   r.c.ClientIP(),
+		MediaType:  mediaType,
+		JSONDepth:  jsonDepth(r.body),
+		Body:       r.body,
+	})
+	if err != nil {
+		s.log.Error("policy evaluation failed", "workspace", r.ws.id, "stage", "gate", "error", err)
+		r.retry = time.Second
+		return one(rules.New(rules.BusUnavailable, "internal error; retry with the same message_id and body", ""))
+	}
+	if verdict.Refusal != nil {
+		return one(*verdict.Refusal)
+	}
+	r.limits = verdict.Limits
+	return s.limit(r)
+}
+
+// jsonDepth returns the deepest nesting of objects and arrays in a JSON
+// text, without parsing it; brackets inside strings do not count.
+func jsonDepth(b []byte) int {
+	depth, deepest, inString, escaped := 0, 0, false, false
+	for _, c := range b {
+		switch {
+		case escaped:
+			escaped = false
+		case inString:
+			escaped = c == '\\'
+			inString = c != '"'
+		case c == '"':
+			inString = true
+		case c == '{' || c == '[':
+			depth++
+			deepest = max(deepest, depth)
+		case c == '}' || c == ']':
+			depth--
+		}
+	}
+	return deepest
 }
 
 // parse is stage 7: one JSON object.
@@ -255,56 +299,45 @@ func validate(r *request) []rules.Violation {
 	return refusals
 }
 
-// grants is stage 9: the connection's publish grant.
+// grants is stage 9: the connection's publish grant, decided by the
+// workspace policy.
 func grants(r *request) []rules.Violation {
-	g := r.conn.Grant.Publish
-	if !granted(g.SystemIDs, r.msg.SystemID) {
-		return one(rules.New(rules.GrantSystemID, "connection "+r.conn.Name+" may not publish as system_id "+strconv.Quote(r.msg.SystemID), "/system_id"))
+	refusal, err := r.ws.policy.Grants(r.c.Request.Context(), messageInput(r))
+	if err != nil {
+		r.retry = time.Second
+		return one(rules.New(rules.BusUnavailable, "internal error; retry with the same message_id and body", ""))
 	}
-	if !granted(g.MessageTypes, r.msg.MessageType) {
-		return one(rules.New(rules.GrantMessageType, "connection "+r.conn.Name+" may not publish "+r.msg.MessageType, "/message_type"))
+	if refusal != nil {
+		return one(*refusal)
 	}
 	return nil
 }
 
-func granted(list []string, v string) bool {
-	return slices.Contains(list, "*") || slices.Contains(list, v)
+func messageInput(r *request) policy.MessageInput {
+	return policy.MessageInput{
+		Connection: r.conn.Name, MessageType: r.msg.MessageType, Family: r.msg.Family,
+		SystemID: r.msg.SystemID, StoryID: r.msg.StoryID, Doc: r.msg.Doc,
+	}
 }
 
-// ownership is stage 12 for snapshots: a story's owner is its hand-off
-// target, else the system an owner rule assigns, else the system of its
-// first accepted snapshot. A snapshot from another system is a warning
-// under "tolerate" and refused under "refuse".
-func ownership(cfg *config.Workspace, msg *som.Message) publish.PolicyFunc {
+// workspacePolicy is stage 12 for the publish core: ownership and the
+// workspace's own rules, decided by the workspace policy over the story head.
+func (s *Server) workspacePolicy(ctx context.Context, r *request) publish.PolicyFunc {
+	in := messageInput(r)
 	return func(head publish.Head) publish.Decision {
-		if msg.Family != publish.FamilyStoryContext {
-			return publish.Decision{}
+		d, err := r.ws.policy.Publish(ctx, in, policy.HeadInput{
+			Exists: head.Exists, Owner: head.Owner, SequenceNumber: head.SequenceNumber, State: head.State,
+		})
+		if err != nil {
+			s.log.Error("policy evaluation failed", "workspace", r.ws.id, "stage", "workspace policy", "error", err)
+			v := rules.New(rules.BusUnavailable, "internal error; retry with the same message_id and body", "")
+			return publish.Decision{Refusal: &v, Owner: head.Owner}
 		}
-		owner := head.Owner
-		for _, o := range cfg.Ownership.Owners {
-			if ok, _ := regexp.MatchString("^(?:"+o.StoryIDPattern+")$", msg.StoryID); ok {
-				owner = o.SystemID
-				break
-			}
+		out := publish.Decision{Owner: d.Owner, Warnings: d.Warnings, Status: d.Status}
+		if len(d.Refusals) > 0 {
+			out.Refusal = &d.Refusals[0]
 		}
-		for _, h := range cfg.Ownership.Handoffs {
-			if h.StoryID == msg.StoryID {
-				owner = h.ToSystemID
-			}
-		}
-		if owner == "" {
-			owner = msg.SystemID
-		}
-		d := publish.Decision{Owner: owner}
-		if owner != msg.SystemID {
-			v := rules.New(rules.StoryNotOwner, "story "+msg.StoryID+" is owned by "+owner+", not "+msg.SystemID, "/system_id")
-			if cfg.Ownership.NotOwner == config.NotOwnerRefuse {
-				d.Refusal = &v
-			} else {
-				d.Warnings = []rules.Violation{v}
-			}
-		}
-		return d
+		return out
 	}
 }
 

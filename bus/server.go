@@ -20,6 +20,7 @@ import (
 	"github.com/storybus/storybus/bus/config"
 	"github.com/storybus/storybus/bus/publish"
 	"github.com/storybus/storybus/bus/store"
+	"github.com/storybus/storybus/policy"
 )
 
 // MaxBodyBytes is the largest message the bus accepts.
@@ -60,9 +61,13 @@ type Server struct {
 // workspace is one served workspace: its current configuration, swapped
 // atomically on reload, and its publish core.
 type workspace struct {
-	id   string
-	cfg  atomic.Pointer[config.Workspace]
-	core *publish.Core
+	id     string
+	cfg    atomic.Pointer[config.Workspace]
+	policy *policy.Engine
+	core   *publish.Core
+	// lastErr is the last configuration that failed to load, reported on
+	// /readyz while the previous one stays in force.
+	lastErr atomic.Pointer[error]
 }
 
 func init() { gin.SetMode(gin.ReleaseMode) }
@@ -98,17 +103,28 @@ func (s *Server) Apply(ctx context.Context, cfg *config.Workspace) error {
 	defer s.mu.Unlock()
 	current := *s.workspaces.Load()
 	if ws, ok := current[cfg.ID]; ok {
+		if err := ws.policy.Update(ctx, cfg); err != nil {
+			s.metrics.policyErr.WithLabelValues(cfg.ID).Inc()
+			ws.lastErr.Store(&err)
+			return fmt.Errorf("workspace %q: %w", cfg.ID, err)
+		}
 		if _, err := s.opts.Store.OpenWorkspace(ctx, cfg.ID, cfg.IdempotencyWindow.Duration, s.opts.TopicRetention); err != nil {
 			return err
 		}
 		ws.cfg.Store(cfg)
+		ws.lastErr.Store(nil)
 		return nil
+	}
+	engine, err := policy.New(ctx, cfg)
+	if err != nil {
+		s.metrics.policyErr.WithLabelValues(cfg.ID).Inc()
+		return fmt.Errorf("workspace %q: %w", cfg.ID, err)
 	}
 	sw, err := s.opts.Store.OpenWorkspace(ctx, cfg.ID, cfg.IdempotencyWindow.Duration, s.opts.TopicRetention)
 	if err != nil {
 		return err
 	}
-	ws := &workspace{id: cfg.ID, core: publish.New(sw, s.opts.Store.JS, publish.Options{
+	ws := &workspace{id: cfg.ID, policy: engine, core: publish.New(sw, s.opts.Store.JS, publish.Options{
 		Clock:     s.opts.Clock,
 		Faults:    s.opts.Faults,
 		Publisher: s.opts.Publisher,
@@ -152,6 +168,8 @@ func (s *Server) Handler() http.Handler { return s.engine }
 
 func (s *Server) routes() *gin.Engine {
 	r := gin.New()
+	// The firewall sees the peer's address; no proxy header is trusted.
+	_ = r.SetTrustedProxies(nil)
 	// Unknown paths and methods get API Gateway's answer, never a redirect,
 	// a 404 or a 405.
 	r.RedirectTrailingSlash = false
@@ -201,6 +219,11 @@ func (s *Server) OpsHandler() http.Handler {
 			return
 		}
 		_, _ = w.Write([]byte("ok\n"))
+		// Still ready: a rejected configuration leaves the previous one
+		// serving, and is reported here.
+		for id, err := range s.ConfigErrors() {
+			_, _ = fmt.Fprintf(w, "workspace %s: configuration rejected, previous one in force: %v\n", id, err)
+		}
 	})
 	mux.Handle("/metrics", promhttp.HandlerFor(s.metrics.Registry, promhttp.HandlerOpts{Registry: s.metrics.Registry}))
 	return mux
@@ -216,4 +239,16 @@ func (s *Server) Ready(ctx context.Context) error {
 		return fmt.Errorf("store: %w", err)
 	}
 	return nil
+}
+
+// ConfigErrors returns, by workspace, the last configuration that failed to
+// load; the workspace keeps serving the previous one.
+func (s *Server) ConfigErrors() map[string]error {
+	out := map[string]error{}
+	for id, ws := range *s.workspaces.Load() {
+		if err := ws.lastErr.Load(); err != nil {
+			out[id] = *err
+		}
+	}
+	return out
 }

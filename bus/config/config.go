@@ -38,6 +38,9 @@ const (
 // stream and bucket names and DNS labels.
 var workspaceIDPattern = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 
+// policyNamePattern keeps module names usable as Rego package path parts.
+var policyNamePattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
+
 // secretHashPattern is the SecretHash form: "sha256:" and the hex digest.
 var secretHashPattern = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
 
@@ -82,8 +85,8 @@ type Workspace struct {
 	Ownership Ownership `json:"ownership,omitempty"`
 	// Firewall holds the workspace's request rules.
 	Firewall Firewall `json:"firewall,omitempty"`
-	// Policies are the workspace's own Rego modules, by name.
-	Policies map[string]string `json:"policies,omitempty"`
+	// Policies are the workspace's own Rego modules (stage 12).
+	Policies []PolicyModule `json:"policies,omitempty"`
 	// Connections are the producers and consumers allowed in.
 	Connections []Connection `json:"connections,omitempty"`
 }
@@ -129,6 +132,40 @@ type Firewall struct {
 	MaxJSONDepth int `json:"maxJSONDepth,omitempty"`
 	// BlockedPatterns are regular expressions refused anywhere in the body.
 	BlockedPatterns []string `json:"blockedPatterns,omitempty"`
+}
+
+// PolicyModule is one of the workspace's own Rego modules. Its package
+// must be storybus.tenant.<name>; its `deny` and `warn` sets hold objects
+// {"rule", "message", "path"} whose rule ids it declares in Rules.
+type PolicyModule struct {
+	// Name names the module; its package is storybus.tenant.<name>.
+	Name string `json:"name"`
+	// Rego is the module's source, in Rego v1 syntax.
+	Rego string `json:"rego"`
+	// Rules declares every rule id the module can emit.
+	Rules []TenantRule `json:"rules,omitempty"`
+}
+
+// TenantRule is a rule a workspace's own module declares. Its id starts
+// with "tenant.", so it can never shadow one of the bus's rules.
+type TenantRule struct {
+	ID string `json:"id"`
+	// Status is 403 or 409 for a refusal; 0 for a rule only ever a warning.
+	Status  int    `json:"status,omitempty"`
+	Meaning string `json:"meaning,omitempty"`
+	Fix     string `json:"fix,omitempty"`
+}
+
+// TenantRule returns the declared rule with the id.
+func (w *Workspace) TenantRule(id string) (TenantRule, bool) {
+	for _, m := range w.Policies {
+		for _, r := range m.Rules {
+			if r.ID == id {
+				return r, true
+			}
+		}
+	}
+	return TenantRule{}, false
 }
 
 // Connection is one producer or consumer system.
@@ -321,6 +358,22 @@ func (w *Workspace) Validate() error {
 	for i, p := range w.Firewall.BlockedPatterns {
 		if _, err := regexp.Compile(p); err != nil {
 			add("firewall.blockedPatterns[%d]: %v", i, err)
+		}
+	}
+	modules, tenantRules := map[string]bool{}, map[string]bool{}
+	for i, m := range w.Policies {
+		if !policyNamePattern.MatchString(m.Name) || modules[m.Name] {
+			add("policies[%d].name %q must be a unique identifier (letters, digits, _)", i, m.Name)
+		}
+		modules[m.Name] = true
+		for j, r := range m.Rules {
+			if !strings.HasPrefix(r.ID, "tenant.") || tenantRules[r.ID] {
+				add("policies[%d].rules[%d].id %q must start with tenant. and be unique", i, j, r.ID)
+			}
+			tenantRules[r.ID] = true
+			if r.Status != 0 && r.Status != 403 && r.Status != 409 {
+				add("policies[%d].rules[%d].status %d must be 403, 409, or 0 for a warning", i, j, r.Status)
+			}
 		}
 	}
 	names, clients := map[string]bool{}, map[string]bool{}

@@ -93,6 +93,8 @@ type Decision struct {
 	Warnings []rules.Violation
 	// Owner is the story's owner after this snapshot.
 	Owner string
+	// Status is the refusal's HTTP status; 0 takes it from the catalogue.
+	Status int
 }
 
 // PolicyFunc decides stage 12 for a message given its story's head (an
@@ -273,7 +275,7 @@ func (a *attempt) run(ctx context.Context) Outcome {
 		case entry != nil:
 			return a.existing(ctx, entry)
 		}
-		return refuse(*refusal)
+		return a.refuseDecided(refusal)
 	}
 
 	t0 := time.Now()
@@ -379,7 +381,7 @@ func (a *attempt) commit(ctx context.Context, republish bool) Outcome {
 		a.head = fresh
 		if refusal := a.evaluate(); refusal != nil {
 			a.remove(ctx)
-			return refuse(*refusal)
+			return a.refuseDecided(refusal)
 		}
 	}
 }
@@ -586,6 +588,17 @@ func (c *Core) unavailable(err error, op string) Outcome {
 func (a *attempt) retryLater(rule, message string, after time.Duration) Outcome {
 	v := rules.New(rule, message, "")
 	return Outcome{Status: rules.Status(rule), Refusal: &v, RetryAfter: after}
+}
+
+// refuseDecided answers a refusal from evaluate: the policy's own status
+// for its refusals (a workspace rule declares its status), the catalogue's
+// otherwise.
+func (a *attempt) refuseDecided(v *rules.Violation) Outcome {
+	out := refuse(*v)
+	if v == a.decision.Refusal && a.decision.Status != 0 {
+		out.Status = a.decision.Status
+	}
+	return out
 }
 
 func refuse(v rules.Violation) Outcome {

@@ -1,0 +1,360 @@
+// Package policy decides the workspace's rules with embedded OPA (Rego v1):
+// stage 4 (connection and IAM role), stage 5 (firewall), stage 6's limits,
+// stage 9 (grants) and stage 12 (ownership and the workspace's own rules).
+//
+// The bus's Rego modules are embedded from rego/; a workspace may add its
+// own modules in packages under storybus.tenant. Modules are compiled once,
+// with PrepareForEval, when an Engine is built and when they change; the
+// workspace's configuration is OPA data, replaced in place when it changes.
+// A set of modules that does not compile never replaces the working one.
+package policy
+
+import (
+	"context"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/rego"
+	"github.com/open-policy-agent/opa/v1/storage"
+	"github.com/open-policy-agent/opa/v1/storage/inmem"
+
+	"github.com/storybus/storybus/bus/config"
+	"github.com/storybus/storybus/bus/rules"
+)
+
+//go:embed rego/*.rego
+var regoFS embed.FS
+
+// Modules returns the bus's own Rego modules by file name, tests included
+// when tests is true.
+func Modules(tests bool) (map[string]string, error) {
+	out := map[string]string{}
+	err := fs.WalkDir(regoFS, "rego", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		if strings.HasSuffix(p, "_test.rego") && !tests {
+			return nil
+		}
+		b, err := regoFS.ReadFile(p)
+		out[path.Base(p)] = string(b)
+		return err
+	})
+	return out, err
+}
+
+// Limits are a connection's rate limit and daily quota; zero is unlimited.
+type Limits = config.Limits
+
+// GateInput describes a request for stages 4 to 6.
+type GateInput struct {
+	Connection string
+	// IAM is set on the AWS-signed routes.
+	IAM      bool
+	ClientIP string
+	// MediaType is the request's Content-Type without parameters.
+	MediaType string
+	// JSONDepth is the body's bracket nesting depth.
+	JSONDepth int
+	// Body is the body, passed to the policy only when the firewall has
+	// blocked patterns.
+	Body []byte
+}
+
+// GateResult is the verdict of stages 4 and 5 and the limits of stage 6.
+type GateResult struct {
+	Refusal *rules.Violation
+	Limits  Limits
+}
+
+// MessageInput describes a message for stages 9 and 12.
+type MessageInput struct {
+	Connection  string
+	MessageType string
+	Family      string
+	SystemID    string
+	StoryID     string
+	// Doc is the whole message, given to the workspace's own modules.
+	Doc map[string]any
+}
+
+// HeadInput is what stage 12 knows of the story's latest snapshot.
+type HeadInput struct {
+	Exists         bool   `json:"exists"`
+	Owner          string `json:"owner"`
+	SequenceNumber int64  `json:"sequence_number"`
+	State          string `json:"state"`
+}
+
+// Decision is stage 12's verdict.
+type Decision struct {
+	Owner    string
+	Refusals []rules.Violation
+	Warnings []rules.Violation
+	// Status is the HTTP status of the first refusal.
+	Status int
+}
+
+// Engine evaluates one workspace's policy.
+type Engine struct {
+	store    storage.Store
+	mu       sync.Mutex // serialises Update
+	compiled atomic.Pointer[compiled]
+}
+
+// compiled is one compiled set of modules with its prepared queries.
+type compiled struct {
+	tenant    []config.PolicyModule
+	hasTenant bool
+	cfg       *config.Workspace
+	gate      rego.PreparedEvalQuery
+	grants    rego.PreparedEvalQuery
+	families  rego.PreparedEvalQuery
+	publish   rego.PreparedEvalQuery
+}
+
+// ErrCompile wraps a policy that did not compile; the previous policy
+// stays in force.
+var ErrCompile = errors.New("policy does not compile")
+
+// New compiles the policy for the workspace.
+func New(ctx context.Context, cfg *config.Workspace) (*Engine, error) {
+	e := &Engine{store: inmem.New()}
+	if err := e.Update(ctx, cfg); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// Update makes cfg the workspace's data and, when its own modules changed,
+// recompiles. On error nothing changes: the previous policy stays in force.
+func (e *Engine) Update(ctx context.Context, cfg *config.Workspace) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	data, err := workspaceData(cfg)
+	if err != nil {
+		return err
+	}
+	prev := e.compiled.Load()
+	next := prev
+	if prev == nil || !slices.EqualFunc(prev.tenant, cfg.Policies, samePolicyModule) {
+		if next, err = e.compile(ctx, cfg.Policies); err != nil {
+			return err
+		}
+	} else {
+		c := *prev
+		next = &c
+	}
+	next.cfg = cfg
+	if err := storage.WriteOne(ctx, e.store, storage.AddOp, storage.Path{"workspace"}, data); err != nil {
+		return fmt.Errorf("policy data: %w", err)
+	}
+	e.compiled.Store(next)
+	return nil
+}
+
+func samePolicyModule(a, b config.PolicyModule) bool { return a.Name == b.Name && a.Rego == b.Rego }
+
+// workspaceData is the configuration as OPA data, connections keyed by name.
+func workspaceData(cfg *config.Workspace) (map[string]any, error) {
+	b, err := json.Marshal(cfg)
+	if err != nil {
+		return nil, err
+	}
+	var data map[string]any
+	if err := json.Unmarshal(b, &data); err != nil {
+		return nil, err
+	}
+	conns := map[string]any{}
+	list, _ := data["connections"].([]any)
+	for _, c := range list {
+		conn := c.(map[string]any)
+		conns[conn["name"].(string)] = conn
+	}
+	data["connections"] = conns
+	delete(data, "signingKey")
+	delete(data, "policies")
+	return data, nil
+}
+
+func (e *Engine) compile(ctx context.Context, tenant []config.PolicyModule) (*compiled, error) {
+	own, err := Modules(false)
+	if err != nil {
+		return nil, err
+	}
+	modules := map[string]string{}
+	for name, src := range own {
+		modules["storybus/"+name] = src
+	}
+	for _, m := range tenant {
+		parsed, err := ast.ParseModuleWithOpts(m.Name+".rego", m.Rego, ast.ParserOptions{RegoVersion: ast.RegoV1})
+		if err != nil {
+			return nil, fmt.Errorf("%w: workspace module %s: %w", ErrCompile, m.Name, err)
+		}
+		if want := "data.storybus.tenant." + m.Name; parsed.Package.Path.String() != want {
+			return nil, fmt.Errorf("%w: workspace module %s must be package %s, not %s", ErrCompile, m.Name, strings.TrimPrefix(want, "data."), parsed.Package.Path)
+		}
+		modules["tenant/"+m.Name+".rego"] = m.Rego
+	}
+	compiler, err := ast.CompileModulesWithOpt(modules, ast.CompileOpts{ParserOptions: ast.ParserOptions{RegoVersion: ast.RegoV1}})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrCompile, err)
+	}
+	prepare := func(query string) (rego.PreparedEvalQuery, error) {
+		return rego.New(rego.Query(query), rego.Compiler(compiler), rego.Store(e.store),
+			rego.StrictBuiltinErrors(true)).PrepareForEval(ctx)
+	}
+	c := &compiled{tenant: slices.Clone(tenant), hasTenant: len(tenant) > 0}
+	for _, q := range []struct {
+		dst   *rego.PreparedEvalQuery
+		query string
+	}{
+		{&c.gate, "data.storybus.gate.verdict"},
+		{&c.grants, "data.storybus.grants.refusal"},
+		{&c.families, "data.storybus.grants.families"},
+		{&c.publish, "data.storybus.publish.decision"},
+	} {
+		if *q.dst, err = prepare(q.query); err != nil {
+			return nil, fmt.Errorf("%w: %s: %w", ErrCompile, q.query, err)
+		}
+	}
+	return c, nil
+}
+
+// eval runs a prepared query and decodes its single value into out.
+func eval(ctx context.Context, q rego.PreparedEvalQuery, input map[string]any, out any) error {
+	rs, err := q.Eval(ctx, rego.EvalInput(input))
+	if err != nil {
+		return fmt.Errorf("policy evaluation: %w", err)
+	}
+	if len(rs) != 1 || len(rs[0].Expressions) != 1 {
+		return fmt.Errorf("policy evaluation: %d results", len(rs))
+	}
+	b, err := json.Marshal(rs[0].Expressions[0].Value)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(b, out)
+}
+
+// violation is a violation as the Rego modules write it.
+type violation struct {
+	Rule    string `json:"rule"`
+	Message string `json:"message"`
+	Path    string `json:"path"`
+}
+
+func (v *violation) toRule() *rules.Violation {
+	if v == nil || v.Rule == "" {
+		return nil
+	}
+	out := rules.New(v.Rule, v.Message, v.Path)
+	return &out
+}
+
+// Gate decides stages 4 and 5 and returns the limits of stage 6.
+func (e *Engine) Gate(ctx context.Context, in GateInput) (GateResult, error) {
+	c := e.compiled.Load()
+	req := map[string]any{"client_ip": in.ClientIP, "media_type": in.MediaType, "json_depth": in.JSONDepth}
+	if len(c.cfg.Firewall.BlockedPatterns) > 0 {
+		req["body"] = string(in.Body)
+	}
+	var out struct {
+		Refusal *violation `json:"refusal"`
+		Limits  Limits     `json:"limits"`
+	}
+	err := eval(ctx, c.gate, map[string]any{"connection": in.Connection, "iam": in.IAM, "request": req}, &out)
+	return GateResult{Refusal: out.Refusal.toRule(), Limits: out.Limits}, err
+}
+
+// Grants decides stage 9.
+func (e *Engine) Grants(ctx context.Context, in MessageInput) (*rules.Violation, error) {
+	var out *violation
+	err := eval(ctx, e.compiled.Load().grants, map[string]any{"connection": in.Connection, "message": messageInput(in, false)}, &out)
+	return out.toRule(), err
+}
+
+// Families returns the families a connection may consume ("*" for all).
+func (e *Engine) Families(ctx context.Context, connection string) ([]string, error) {
+	var out []string
+	err := eval(ctx, e.compiled.Load().families, map[string]any{"connection": connection}, &out)
+	return out, err
+}
+
+// Publish decides stage 12 for a message over its story head.
+func (e *Engine) Publish(ctx context.Context, in MessageInput, head HeadInput) (Decision, error) {
+	c := e.compiled.Load()
+	var out struct {
+		Owner    string      `json:"owner"`
+		Refusals []violation `json:"refusals"`
+		Warnings []violation `json:"warnings"`
+	}
+	err := eval(ctx, c.publish, map[string]any{
+		"connection": in.Connection,
+		"message":    messageInput(in, c.hasTenant),
+		"head":       map[string]any{"exists": head.Exists, "owner": head.Owner, "sequence_number": head.SequenceNumber, "state": head.State},
+	}, &out)
+	if err != nil {
+		return Decision{}, err
+	}
+	d := Decision{Owner: out.Owner}
+	for _, v := range out.Refusals {
+		tv, err := tenantViolation(c.cfg, v, true)
+		if err != nil {
+			return Decision{}, err
+		}
+		if len(d.Refusals) == 0 {
+			d.Status = rules.Status(tv.Rule)
+			if r, ok := c.cfg.TenantRule(tv.Rule); ok {
+				d.Status = r.Status
+			}
+		}
+		d.Refusals = append(d.Refusals, tv)
+	}
+	for _, v := range out.Warnings {
+		tv, err := tenantViolation(c.cfg, v, false)
+		if err != nil {
+			return Decision{}, err
+		}
+		d.Warnings = append(d.Warnings, tv)
+	}
+	return d, nil
+}
+
+// ErrUndeclaredRule is a workspace module emitting a rule id it did not
+// declare: a configuration error, answered as a generic 503.
+var ErrUndeclaredRule = errors.New("workspace policy emitted an undeclared rule")
+
+// tenantViolation resolves a violation's source: the bus's rules from the
+// catalogue, the workspace's own from their declarations.
+func tenantViolation(cfg *config.Workspace, v violation, refusal bool) (rules.Violation, error) {
+	if _, ok := rules.Lookup(v.Rule); ok {
+		return rules.New(v.Rule, v.Message, v.Path), nil
+	}
+	if r, ok := cfg.TenantRule(v.Rule); ok && (r.Status != 0 || !refusal) {
+		return rules.Violation{Source: rules.SourcePolicy, Rule: v.Rule, Message: v.Message, Path: v.Path}, nil
+	}
+	return rules.Violation{}, fmt.Errorf("%w: %q", ErrUndeclaredRule, v.Rule)
+}
+
+func messageInput(in MessageInput, withDoc bool) map[string]any {
+	m := map[string]any{
+		"message_type": in.MessageType, "family": in.Family, "system_id": in.SystemID, "story_id": in.StoryID,
+	}
+	if withDoc {
+		m["doc"] = in.Doc
+	}
+	return m
+}
+
+// Config returns the configuration the policy was last updated with.
+func (e *Engine) Config() *config.Workspace { return e.compiled.Load().cfg }
