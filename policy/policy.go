@@ -221,7 +221,7 @@ func (e *Engine) compile(ctx context.Context, tenant []config.PolicyModule) (*co
 		{&c.gate, "data.storybus.gate.verdict"},
 		{&c.grants, "data.storybus.grants.refusal"},
 		{&c.families, "data.storybus.grants.families"},
-		{&c.publish, "data.storybus.publish.decision"},
+		{&c.publish, publishQuery(c.hasTenant)},
 	} {
 		if *q.dst, err = prepare(q.query); err != nil {
 			return nil, fmt.Errorf("%w: %s: %w", ErrCompile, q.query, err)
@@ -230,9 +230,22 @@ func (e *Engine) compile(ctx context.Context, tenant []config.PolicyModule) (*co
 	return c, nil
 }
 
-// eval runs a prepared query and decodes its single value into out.
+func publishQuery(hasTenant bool) string {
+	if hasTenant {
+		return "data.storybus.publish.decision"
+	}
+	return "data.storybus.publish.ownership_decision"
+}
+
+// eval runs a prepared query and decodes its single value into out. The
+// input is converted to a Rego value directly, and the result decoded from
+// its AST, without a JSON round trip through reflection.
 func eval(ctx context.Context, q rego.PreparedEvalQuery, input map[string]any, out any) error {
-	rs, err := q.Eval(ctx, rego.EvalInput(input))
+	value, err := ast.InterfaceToValue(input)
+	if err != nil {
+		return fmt.Errorf("policy input: %w", err)
+	}
+	rs, err := q.Eval(ctx, rego.EvalParsedInput(value))
 	if err != nil {
 		return fmt.Errorf("policy evaluation: %w", err)
 	}

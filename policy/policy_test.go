@@ -1,0 +1,173 @@
+package policy_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/storybus/storybus/bus/config"
+	"github.com/storybus/storybus/policy"
+)
+
+func workspace() *config.Workspace {
+	w := &config.Workspace{
+		ID:         "newsroom",
+		SigningKey: "0123456789abcdef0123456789abcdef",
+		Connections: []config.Connection{{Name: "cms", Grant: config.Grant{Publish: config.PublishGrant{
+			SystemIDs: []string{"cms"}, MessageTypes: []string{"*"}}}}},
+	}
+	w.Default()
+	return w
+}
+
+const noObituaries = `package storybus.tenant.desk
+
+deny contains {"rule": "tenant.no_obituaries", "message": "obituaries go through the obituary desk", "path": "/payload/desk"} if {
+	input.message.doc.payload.desk == "obituaries"
+}
+
+warn contains {"rule": "tenant.short_headline", "message": "headline is very short"} if {
+	count(input.message.doc.payload.headline) < 10
+}
+`
+
+func tenantModule() config.PolicyModule {
+	return config.PolicyModule{Name: "desk", Rego: noObituaries, Rules: []config.TenantRule{
+		{ID: "tenant.no_obituaries", Status: 409, Meaning: "m", Fix: "f"},
+		{ID: "tenant.short_headline", Meaning: "m", Fix: "f"},
+	}}
+}
+
+func message(desk, headline string) policy.MessageInput {
+	return policy.MessageInput{
+		Connection: "cms", MessageType: "story.context", Family: "story-context", SystemID: "cms", StoryID: "s1",
+		Doc: map[string]any{"payload": map[string]any{"desk": desk, "headline": headline}},
+	}
+}
+
+func TestTenantRules(t *testing.T) {
+	w := workspace()
+	w.Policies = []config.PolicyModule{tenantModule()}
+	e, err := policy.New(context.Background(), w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := e.Publish(context.Background(), message("obituaries", "Short"), policy.HeadInput{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(d.Refusals) != 1 || d.Refusals[0].Rule != "tenant.no_obituaries" || d.Status != 409 || d.Refusals[0].Path != "/payload/desk" {
+		t.Fatalf("decision %+v", d)
+	}
+	if len(d.Warnings) != 1 || d.Warnings[0].Rule != "tenant.short_headline" {
+		t.Fatalf("warnings %+v", d.Warnings)
+	}
+	d, err = e.Publish(context.Background(), message("local", "A long enough headline"), policy.HeadInput{})
+	if err != nil || len(d.Refusals)+len(d.Warnings) != 0 || d.Owner != "cms" {
+		t.Fatalf("decision %+v %v", d, err)
+	}
+}
+
+func TestModuleThatDoesNotCompileKeepsThePreviousPolicy(t *testing.T) {
+	w := workspace()
+	w.Policies = []config.PolicyModule{tenantModule()}
+	e, err := policy.New(context.Background(), w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, broken := range map[string]config.PolicyModule{
+		"syntax":        {Name: "desk", Rego: "package storybus.tenant.desk\ndeny contains x if {"},
+		"wrong package": {Name: "desk", Rego: "package storybus.access\nrefusal := 1"},
+		"unsafe":        {Name: "desk", Rego: "package storybus.tenant.desk\ndeny contains x if { y := 1 }"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			bad := workspace()
+			bad.Policies = []config.PolicyModule{broken}
+			err := e.Update(context.Background(), bad)
+			if !errors.Is(err, policy.ErrCompile) {
+				t.Fatalf("Update: %v", err)
+			}
+			d, err := e.Publish(context.Background(), message("obituaries", "A long enough headline"), policy.HeadInput{})
+			if err != nil || len(d.Refusals) != 1 {
+				t.Fatalf("the previous policy is not in force: %+v %v", d, err)
+			}
+		})
+	}
+}
+
+func TestDataIsUpdatedInPlace(t *testing.T) {
+	w := workspace()
+	e, err := policy.New(context.Background(), w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := message("local", "A long enough headline")
+	in.MessageType = "story.event"
+	if r, err := e.Grants(context.Background(), in); err != nil || r != nil {
+		t.Fatalf("granted: %v %v", r, err)
+	}
+	w2 := workspace()
+	w2.Connections[0].Grant.Publish.MessageTypes = []string{"story.context"}
+	if err := e.Update(context.Background(), w2); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := e.Grants(context.Background(), in); err != nil || r == nil || r.Rule != "grant.message_type" {
+		t.Fatalf("after the grant changed: %v %v", r, err)
+	}
+}
+
+func TestUndeclaredTenantRuleIsAnError(t *testing.T) {
+	w := workspace()
+	m := tenantModule()
+	m.Rules = m.Rules[1:] // tenant.no_obituaries no longer declared
+	w.Policies = []config.PolicyModule{m}
+	e, err := policy.New(context.Background(), w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Publish(context.Background(), message("obituaries", "A long enough headline"), policy.HeadInput{}); !errors.Is(err, policy.ErrUndeclaredRule) {
+		t.Fatalf("err %v", err)
+	}
+}
+
+func BenchmarkGate(b *testing.B) {
+	e, err := policy.New(context.Background(), workspace())
+	if err != nil {
+		b.Fatal(err)
+	}
+	in := policy.GateInput{Connection: "cms", ClientIP: "127.0.0.1", MediaType: "application/json", JSONDepth: 3}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := e.Gate(context.Background(), in); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkGrants(b *testing.B) {
+	e, err := policy.New(context.Background(), workspace())
+	if err != nil {
+		b.Fatal(err)
+	}
+	in := message("local", "A long enough headline")
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := e.Grants(context.Background(), in); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkPublishDecision(b *testing.B) {
+	e, err := policy.New(context.Background(), workspace())
+	if err != nil {
+		b.Fatal(err)
+	}
+	in := message("local", "A long enough headline")
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := e.Publish(context.Background(), in, policy.HeadInput{Exists: true, Owner: "cms"}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
