@@ -47,12 +47,12 @@ type stage struct {
 	run  func(*request) []rules.Violation
 }
 
-// stages returns the pipeline of SPEC §3.2 up to grants (stage 9); the
-// publish core runs stages 10 to 13.
-func (s *Server) stages() []stage {
+// stages returns the pipeline of SPEC §3.2 up to grants (stage 9), with
+// auth as stage 3; the publish core runs stages 10 to 13.
+func (s *Server) stages(auth func(*request) []rules.Violation) []stage {
 	return []stage{
 		{"size", s.readBody},
-		{"authentication", s.authenticate},
+		{"authentication", auth},
 		{"connection, firewall and limits", s.gate},
 		{"parse", parse},
 		{"som", validate},
@@ -63,7 +63,10 @@ func (s *Server) stages() []stage {
 func one(v rules.Violation) []rules.Violation { return []rules.Violation{v} }
 
 // publish handles POST /v1/tenants/{t}/messages.
-func (s *Server) publish(c *gin.Context) {
+func (s *Server) publish(c *gin.Context) { s.publishWith(c, s.authenticate) }
+
+// publishWith runs the publish pipeline with auth as its stage 3.
+func (s *Server) publishWith(c *gin.Context, auth func(*request) []rules.Violation) {
 	ws, ok := s.workspace(c.Param("tenant"))
 	if !ok {
 		missingAuthenticationToken(c)
@@ -72,9 +75,11 @@ func (s *Server) publish(c *gin.Context) {
 	ctx, cancel := context.WithTimeout(c.Request.Context(), s.opts.RequestTimeout)
 	defer cancel()
 	req := &request{c: c, ws: ws, cfg: ws.cfg.Load()}
-	for _, st := range s.stages() {
+	for _, st := range s.stages(auth) {
 		if vs := st.run(req); len(vs) > 0 {
-			refuse(c, req.retry, vs...)
+			if !c.Writer.Written() { // the iam routes' stage 3 writes API Gateway's answer itself
+				refuse(c, req.retry, vs...)
+			}
 			return
 		}
 	}
@@ -97,6 +102,7 @@ func (s *Server) publish(c *gin.Context) {
 	case out.Duplicate:
 		writeJSON(c, http.StatusOK, Duplicate{Accepted: true, Duplicate: true, MessageID: req.msg.MessageID})
 	default:
+		s.countAccepted(req)
 		tolerated := out.Tolerated
 		if tolerated == nil {
 			tolerated = []rules.Violation{}

@@ -53,6 +53,9 @@ type Server struct {
 	mu         sync.Mutex // serialises Apply
 	workspaces atomic.Pointer[map[string]*workspace]
 	engine     *gin.Engine
+	// rejected holds configuration sources whose last load failed.
+	rejectedMu sync.Mutex
+	rejected   map[string]error
 	// tokens caches verified bearer tokens (see verifyToken).
 	tokens     sync.Map
 	tokenCount atomic.Int64
@@ -183,7 +186,10 @@ func (s *Server) routes() *gin.Engine {
 	r.NoMethod(missingAuthenticationToken)
 	v1 := r.Group("/v1/tenants/:tenant")
 	v1.POST("/messages", s.observePublish, s.recovery, s.publish)
+	v1.POST("/iam/messages", s.observePublish, s.recovery, s.publishIAM)
 	v1.POST("/tokens", s.token)
+	v1.GET("/consumers/:name/messages", s.consume)
+	v1.POST("/consumers/:name/acks", s.ack)
 	return r
 }
 
@@ -241,10 +247,33 @@ func (s *Server) Ready(ctx context.Context) error {
 	return nil
 }
 
+// ConfigLoaded reports the outcome of reloading a configuration source (a
+// file). A failure is logged, counted, and shown on /readyz while the
+// previous configuration stays in force; a success clears it.
+func (s *Server) ConfigLoaded(source string, err error) {
+	s.rejectedMu.Lock()
+	defer s.rejectedMu.Unlock()
+	if err == nil {
+		delete(s.rejected, source)
+		return
+	}
+	s.metrics.policyErr.WithLabelValues(source).Inc()
+	s.log.Error("workspace configuration rejected; the previous one stays in force", "source", source, "error", err)
+	if s.rejected == nil {
+		s.rejected = map[string]error{}
+	}
+	s.rejected[source] = err
+}
+
 // ConfigErrors returns, by workspace, the last configuration that failed to
 // load; the workspace keeps serving the previous one.
 func (s *Server) ConfigErrors() map[string]error {
 	out := map[string]error{}
+	s.rejectedMu.Lock()
+	for src, err := range s.rejected {
+		out[src] = err
+	}
+	s.rejectedMu.Unlock()
 	for id, ws := range *s.workspaces.Load() {
 		if err := ws.lastErr.Load(); err != nil {
 			out[id] = *err

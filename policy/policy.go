@@ -178,6 +178,12 @@ func workspaceData(cfg *config.Workspace) (map[string]any, error) {
 	list, _ := data["connections"].([]any)
 	for _, c := range list {
 		conn := c.(map[string]any)
+		// Credentials are not policy data: a workspace's own module could
+		// read them.
+		delete(conn, "secretHash")
+		if iam, ok := conn["iam"].(map[string]any); ok {
+			delete(iam, "secretAccessKey")
+		}
 		conns[conn["name"].(string)] = conn
 	}
 	data["connections"] = conns

@@ -376,7 +376,7 @@ func (w *Workspace) Validate() error {
 			}
 		}
 	}
-	names, clients := map[string]bool{}, map[string]bool{}
+	names, clients, accessKeys := map[string]bool{}, map[string]bool{}, map[string]bool{}
 	for i, c := range w.Connections {
 		if c.Name == "" {
 			add("connections[%d].name is required", i)
@@ -388,6 +388,12 @@ func (w *Workspace) Validate() error {
 			add("connections[%d].clientID %q is used twice", i, c.ClientID)
 		}
 		names[c.Name], clients[c.ClientID] = true, true
+		if c.IAM != nil && c.IAM.AccessKeyID != "" {
+			if accessKeys[c.IAM.AccessKeyID] {
+				add("connections[%d].iam.accessKeyID %q is bound to two connections", i, c.IAM.AccessKeyID)
+			}
+			accessKeys[c.IAM.AccessKeyID] = true
+		}
 		if c.SecretHash != "" && !secretHashPattern.MatchString(c.SecretHash) {
 			add("connections[%d].secretHash must be sha256: and 64 lower-case hex digits", i)
 		}

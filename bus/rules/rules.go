@@ -85,6 +85,12 @@ const (
 	BusPublishFailed       = "bus.publish_failed"
 	RegistryUnavailable    = "registry.unavailable"
 	BusUnavailable         = "bus.unavailable"
+
+	// Rules of the consumer routes (HTTP pull delivery).
+	ConsumerRequestInvalid = "consumer.request_invalid"
+	ConsumerAckInvalid     = "consumer.ack_invalid"
+	GrantFamily            = "grant.family"
+	ConsumerNameTaken      = "consumer.name_taken"
 )
 
 const (
@@ -139,6 +145,18 @@ var policyRules = []Rule{
 	{ID: GrantMessageType, Status: http.StatusForbidden, Source: SourcePolicy, Stage: 9, Retry: retryNo,
 		Meaning: "The message_type is outside the connection's grants.",
 		Fix:     "Configuration: ask a workspace admin to extend the Grant."},
+	{ID: ConsumerRequestInvalid, Status: http.StatusBadRequest, Source: SourcePolicy, Stage: 7, Retry: retryNo,
+		Meaning: "Consumer routes only: the request is malformed. A consumer name that is not 1 to 64 letters, digits, '-' or '_', a max outside 1 to 100, a wait that is not a duration from 0s to 20s, an unknown family, or an acks body that is not {\"ack_ids\":[…]} with 1 to 1,000 ids.",
+		Fix:     "A bug in the consumer: send the parameters the consumer API documents."},
+	{ID: ConsumerAckInvalid, Status: http.StatusBadRequest, Source: SourcePolicy, Stage: 7, Retry: retryNo,
+		Meaning: "Consumer routes only: an ack_id is malformed, or was not issued to this consumer of this workspace. Nothing in the request was acknowledged.",
+		Fix:     "Acknowledge only the ack_ids of this consumer's own deliveries, unchanged. The others are redelivered after the ack timeout."},
+	{ID: GrantFamily, Status: http.StatusForbidden, Source: SourcePolicy, Stage: 9, Retry: retryNo,
+		Meaning: "Consumer routes only: the consumer asked for a family outside the connection's consume grant, or the connection may consume nothing.",
+		Fix:     "Configuration: ask only for granted families, or ask a workspace admin to extend the Grant's consume.families."},
+	{ID: ConsumerNameTaken, Status: http.StatusConflict, Source: SourcePolicy, Stage: 9, Retry: retryNo,
+		Meaning: "Consumer routes only: the consumer name belongs to another connection, or to a durable consumer created outside the HTTP API.",
+		Fix:     "Configuration: choose another consumer name. A consumer name belongs to the connection that first used it."},
 	{ID: MessageIDReused, Status: http.StatusConflict, Source: SourcePolicy, Stage: 10, Retry: retryNo,
 		Meaning: "This message_id was used for a different message (content is compared as canonical JSON, timestamp included).",
 		Fix:     "A bug: every new message needs a new message_id. A retry must resend the identical message."},

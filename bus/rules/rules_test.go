@@ -111,6 +111,9 @@ func TestEveryRuleTheBusNamesIsCatalogued(t *testing.T) {
 			used++
 			switch arg := call.Args[0].(type) {
 			case *ast.SelectorExpr:
+				if pkg, ok := arg.X.(*ast.Ident); !ok || pkg.Name != "rules" {
+					return true // a rule id read at run time, e.g. from a policy result
+				}
 				if _, ok := consts[arg.Sel.Name]; !ok {
 					t.Errorf("%s: rules.New(rules.%s) names no rule constant", fset.Position(call.Pos()), arg.Sel.Name)
 				}

@@ -14,6 +14,7 @@ import (
 
 func newDevCommand() *cobra.Command {
 	o := &ServeOptions{}
+	var configFile string
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Serve the sample workspace on localhost with embedded JetStream, nothing to install",
@@ -27,6 +28,12 @@ func newDevCommand() *cobra.Command {
 			cfg, err := config.Parse(samples.Workspace)
 			if err != nil {
 				return fmt.Errorf("sample workspace: %w", err)
+			}
+			if configFile != "" {
+				if cfg, err = config.Load(configFile); err != nil {
+					return err
+				}
+				o.watch = []string{configFile}
 			}
 			if o.DataDir == "" {
 				dir, err := os.MkdirTemp("", "storybus-dev-")
@@ -43,6 +50,7 @@ func newDevCommand() *cobra.Command {
 	}
 	o.bind(cmd)
 	f := cmd.Flags()
+	f.StringVar(&configFile, "config", "", "serve this workspace configuration file instead of the sample, reloading it on change")
 	_ = f.Set("listen", "127.0.0.1:8080")
 	_ = f.Set("ops-listen", "127.0.0.1:8081")
 	_ = f.Set("data-dir", "")

@@ -37,6 +37,8 @@ type ServeOptions struct {
 	// FaultKill names a publish fault point at which the process kills
 	// itself with SIGKILL: the crash drills of the fault tests.
 	FaultKill string
+	// watch are configuration files reloaded when they change.
+	watch []string
 }
 
 // Sync modes of the embedded JetStream.
@@ -103,6 +105,7 @@ func newServeCommand() *cobra.Command {
 				seen[cfg.ID] = p
 				cfgs = append(cfgs, cfg)
 			}
+			o.watch = o.Configs
 			return Serve(cmd.Context(), *o, cfgs, newLogger(cmd.ErrOrStderr(), o.LogFormat), nil)
 		},
 	}
@@ -164,6 +167,22 @@ func Serve(ctx context.Context, o ServeOptions, cfgs []*config.Workspace, log *s
 	srv := bus.New(bus.Options{Store: st, Faults: faults, TopicRetention: o.TopicRetention, Logger: log})
 	for _, cfg := range cfgs {
 		if err := srv.Apply(ctx, cfg); err != nil {
+			return err
+		}
+	}
+	for _, path := range o.watch {
+		// A changed file is applied in place; one that does not load or
+		// compile is logged and counted, and the previous one stays.
+		err := config.Watch(ctx, path, 100*time.Millisecond, func(cfg *config.Workspace, err error) {
+			if err == nil {
+				err = srv.Apply(ctx, cfg)
+			}
+			srv.ConfigLoaded(path, err)
+			if err == nil {
+				log.Info("workspace configuration reloaded", "file", path, "workspace", cfg.ID)
+			}
+		})
+		if err != nil {
 			return err
 		}
 	}

@@ -1,0 +1,90 @@
+package main_test
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// TestServeReloadsItsConfigurationFile edits the workspace file of a
+// running bus: a narrowed grant takes effect within seconds without a
+// restart, and a broken file leaves the previous configuration serving and
+// is reported on /readyz.
+func TestServeReloadsItsConfigurationFile(t *testing.T) {
+	dir := t.TempDir()
+	cfg := writeConfig(t, dir)
+	addr, ops := freePort(t), freePort(t)
+	b := startBus(t, cfg, filepath.Join(dir, "data"), addr, "--ops-listen", ops)
+	token := b.token(t)
+	seq := 0
+	snapshot := func(int) []byte {
+		seq++ // every attempt is a newer snapshot: an accepted one never makes the next stale
+		return []byte(fmt.Sprintf(`{"som_version":"1.0","message_id":%q,"message_type":"story.context","system_id":"cms","timestamp":"2026-11-29T09:00:00Z","payload":{"story_id":"reload","sequence_number":%d,"state":"draft","headline":"Harbour bridge approved"}}`, uuid.NewString(), seq))
+	}
+	if status, _, err := b.send(token, snapshot(1)); err != nil || status != http.StatusAccepted {
+		t.Fatalf("before the edit: %d %v", status, err)
+	}
+
+	original, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	replace := func(content string) {
+		tmp := cfg + ".tmp"
+		if err := os.WriteFile(tmp, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	replace(strings.Replace(string(original), `messageTypes: ["*"]`, `messageTypes: [story.event]`, 1))
+	eventually(t, 10*time.Second, func() bool {
+		status, _, err := b.send(token, snapshot(2))
+		return err == nil && status == http.StatusForbidden
+	})
+
+	replace("workspace: newsroom\nsigningKey: short\n")
+	eventually(t, 10*time.Second, func() bool {
+		res, err := http.Get("http://" + ops + "/readyz")
+		if err != nil {
+			return false
+		}
+		defer res.Body.Close()
+		body, _ := io.ReadAll(res.Body)
+		return res.StatusCode == http.StatusOK && strings.Contains(string(body), "rejected")
+	})
+	// The previous configuration still serves: the narrowed grant holds.
+	if status, _, err := b.send(token, snapshot(2)); err != nil || status != http.StatusForbidden {
+		t.Fatalf("after a broken file: %d %v", status, err)
+	}
+	replace(string(original))
+	last := 0
+	eventually(t, 10*time.Second, func() bool {
+		status, _, err := b.send(token, snapshot(2))
+		last = status
+		return err == nil && status == http.StatusAccepted
+	})
+	if last != http.StatusAccepted {
+		t.Fatalf("after restoring the file: %d", last)
+	}
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t *testing.T, within time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met within %s", within)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
