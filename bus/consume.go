@@ -1,0 +1,524 @@
+package bus
+
+// The consumer routes of SPEC §7: HTTP pull delivery of the workspace's
+// topic, one JetStream durable pull consumer per (workspace, consumer name),
+// with long-polling, explicit acknowledgements and redelivery after the ack
+// timeout.
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/storybus/storybus/bus/publish"
+	"github.com/storybus/storybus/bus/rules"
+	"github.com/storybus/storybus/bus/som"
+	"github.com/storybus/storybus/bus/store"
+)
+
+// Bounds of a pull request.
+const (
+	// DefaultConsumeMax is the number of messages a pull returns at most
+	// when it names no max.
+	DefaultConsumeMax = 10
+	// MaxConsumeMax is the largest max a pull may ask for.
+	MaxConsumeMax = 100
+	// MaxConsumeWait is the longest a pull may wait for a first message,
+	// well inside the API server's write timeout.
+	MaxConsumeWait = 20 * time.Second
+	// MaxAckIDs is the most ack_ids one acknowledgement may carry.
+	MaxAckIDs = 1000
+	// ConsumerAckWait is how long a delivered message may stay
+	// unacknowledged before it is delivered again.
+	ConsumerAckWait = 30 * time.Second
+)
+
+// ConsumerMetadataConnection is the durable consumer's metadata key naming
+// the connection that owns it.
+const ConsumerMetadataConnection = "storybus-connection"
+
+// consumerAckWait is ConsumerAckWait, shortened by tests that wait for a
+// redelivery.
+var consumerAckWait = ConsumerAckWait
+
+// ackTimeout bounds the store's confirmation of one acknowledgement.
+const ackTimeout = 5 * time.Second
+
+// consumerName is what a consumer name may be: a valid JetStream durable
+// name and a single URL path segment.
+var consumerName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// families are SOM 1.0's families, the families a consumer can ask for.
+var families = []string{som.FamilyStoryContext, som.FamilyStoryEvent, som.FamilyAssetReference}
+
+// Delivery is one message of a pull answer. Message is the SOM message
+// exactly as it was accepted.
+type Delivery struct {
+	MessageID   string          `json:"message_id"`
+	MessageType string          `json:"message_type"`
+	Family      string          `json:"family"`
+	AckID       string          `json:"ack_id"`
+	Delivery    uint64          `json:"delivery"`
+	Message     json.RawMessage `json:"message"`
+}
+
+// AckRequest is the body of POST …/consumers/{name}/acks.
+type AckRequest struct {
+	AckIDs []string `json:"ack_ids"`
+}
+
+// AckResponse answers an acknowledgement.
+type AckResponse struct {
+	Acked int `json:"acked"`
+}
+
+// consumeRequest is one request to a consumer route as it passes the
+// stages: the publish request's authentication, then its own.
+type consumeRequest struct {
+	request
+	name     string
+	families []string // the families asked for; nil when none were named
+	max      int
+	wait     time.Duration
+}
+
+// consumerStart runs the stages both consumer routes share with
+// publishing: the route, the size of a body (acks), authentication, and the
+// connection, firewall and limits; then it checks the consumer name.
+func (s *Server) consumerStart(c *gin.Context, withBody bool) (*consumeRequest, bool) {
+	ws, ok := s.workspace(c.Param("tenant"))
+	if !ok {
+		missingAuthenticationToken(c)
+		return nil, false
+	}
+	r := &consumeRequest{request: request{c: c, ws: ws, cfg: ws.cfg.Load()}, name: c.Param("name")}
+	stages := []func(*request) []rules.Violation{s.authenticate, s.gate}
+	if withBody {
+		stages = append([]func(*request) []rules.Violation{s.readBody}, stages...)
+	}
+	for _, st := range stages {
+		if vs := st(&r.request); len(vs) > 0 {
+			refuse(c, r.retry, vs...)
+			return nil, false
+		}
+	}
+	if !consumerName.MatchString(r.name) {
+		refuse(c, 0, rules.New(rules.ConsumerRequestInvalid, "a consumer name is 1 to 64 letters, digits, '-' or '_'", ""))
+		return nil, false
+	}
+	return r, true
+}
+
+// consume handles GET /v1/tenants/{t}/consumers/{name}/messages: a
+// long-poll for the consumer's next messages.
+func (s *Server) consume(c *gin.Context) {
+	r, ok := s.consumerStart(c, false)
+	if !ok {
+		return
+	}
+	if v := r.parseQuery(); v != nil {
+		refuse(c, 0, *v)
+		return
+	}
+	granted, err := r.ws.policy.Families(c.Request.Context(), r.conn.Name)
+	if err != nil {
+		s.log.Error("policy evaluation failed", "workspace", r.ws.id, "stage", "grants", "error", err)
+		busUnavailable(c)
+		return
+	}
+	filters, v := r.filters(granted)
+	if v != nil {
+		refuse(c, 0, *v)
+		return
+	}
+	cons, v, err := s.durable(c.Request.Context(), r, filters, true)
+	switch {
+	case err != nil:
+		s.consumerUnavailable(c, r, "open consumer", err)
+		return
+	case v != nil:
+		refuse(c, 0, *v)
+		return
+	}
+	msgs, err := pull(c.Request.Context(), cons, r.max, r.wait)
+	if err != nil && len(msgs) == 0 {
+		s.consumerUnavailable(c, r, "pull", err)
+		return
+	}
+	out := make([]Delivery, 0, len(msgs))
+	for _, m := range msgs {
+		d, ok := delivery(m)
+		if !ok {
+			// Not a message the bus published: never hand it out again.
+			s.log.Warn("terminating a topic message that is not a SOM message", "workspace", r.ws.id, "consumer", r.name, "subject", m.Subject())
+			_ = m.Term()
+			continue
+		}
+		out = append(out, d)
+	}
+	writeDeliveries(c, out)
+}
+
+// parseQuery reads max, wait and family from the query string.
+func (r *consumeRequest) parseQuery() *rules.Violation {
+	q := r.c.Request.URL.Query()
+	bad := func(msg string) *rules.Violation {
+		v := rules.New(rules.ConsumerRequestInvalid, msg, "")
+		return &v
+	}
+	r.max = DefaultConsumeMax
+	if s := q.Get("max"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > MaxConsumeMax {
+			return bad("max must be a whole number from 1 to " + strconv.Itoa(MaxConsumeMax) + ", not " + strconv.Quote(s))
+		}
+		r.max = n
+	}
+	if s := q.Get("wait"); s != "" {
+		d, err := parseWait(s)
+		if err != nil || d < 0 || d > MaxConsumeWait {
+			return bad("wait must be a duration from 0s to " + MaxConsumeWait.String() + " (\"5s\", \"500ms\" or whole seconds), not " + strconv.Quote(s))
+		}
+		r.wait = d
+	}
+	for _, list := range q["family"] {
+		for f := range strings.SplitSeq(list, ",") {
+			f = strings.TrimSpace(f)
+			if !slices.Contains(families, f) {
+				return bad("unknown family " + strconv.Quote(f) + "; the families are " + strings.Join(families, ", "))
+			}
+			if !slices.Contains(r.families, f) {
+				r.families = append(r.families, f)
+			}
+		}
+	}
+	return nil
+}
+
+// parseWait reads a Go duration, or whole seconds.
+func parseWait(s string) (time.Duration, error) {
+	if n, err := strconv.Atoi(s); err == nil {
+		return time.Duration(n) * time.Second, nil
+	}
+	return time.ParseDuration(s)
+}
+
+// filters returns the consumer's filter subjects: the families asked for,
+// or every family the connection may consume (granted, "*" for all). Every
+// family asked for must be granted.
+func (r *consumeRequest) filters(granted []string) ([]string, *rules.Violation) {
+	refuse := func(msg string) ([]string, *rules.Violation) {
+		v := rules.New(rules.GrantFamily, msg, "")
+		return nil, &v
+	}
+	all := slices.Contains(granted, "*")
+	if !all && len(granted) == 0 {
+		return refuse("connection " + r.conn.Name + " may consume no family")
+	}
+	prefix := "som." + r.ws.id + "."
+	if len(r.families) == 0 {
+		if all {
+			return []string{prefix + ">"}, nil
+		}
+		var out []string
+		for _, f := range families {
+			if slices.Contains(granted, f) {
+				out = append(out, prefix+f+".>")
+			}
+		}
+		if len(out) == 0 {
+			return refuse("connection " + r.conn.Name + " may consume no family of SOM 1.0")
+		}
+		return out, nil
+	}
+	out := make([]string, 0, len(r.families))
+	for _, f := range r.families {
+		if !all && !slices.Contains(granted, f) {
+			return refuse("connection " + r.conn.Name + " may not consume " + f)
+		}
+		out = append(out, prefix+f+".>")
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// durable returns the workspace's durable pull consumer of the request's
+// name, creating it on first use and moving its filter to filters when they
+// differ. A name owned by another connection is refused. With create
+// false, a consumer that does not exist is refused as an invalid ack.
+func (s *Server) durable(ctx context.Context, r *consumeRequest, filters []string, create bool) (jetstream.Consumer, *rules.Violation, error) {
+	js := s.opts.Store.JS
+	stream := store.StreamName(r.ws.id)
+	cfg := jetstream.ConsumerConfig{
+		Durable:        r.name,
+		Description:    "storybus HTTP pull consumer of connection " + r.conn.Name,
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+		AckPolicy:      jetstream.AckExplicitPolicy,
+		AckWait:        consumerAckWait,
+		FilterSubjects: filters,
+		Metadata:       map[string]string{ConsumerMetadataConnection: r.conn.Name},
+	}
+	for try := 0; ; try++ {
+		cons, err := js.Consumer(ctx, stream, r.name)
+		if errors.Is(err, jetstream.ErrConsumerNotFound) {
+			if !create {
+				v := rules.New(rules.ConsumerAckInvalid, "consumer "+r.name+" does not exist; nothing was acknowledged", "")
+				return nil, &v, nil
+			}
+			cons, err = js.CreateConsumer(ctx, stream, cfg)
+			if (errors.Is(err, jetstream.ErrConsumerExists) || errors.Is(err, jetstream.ErrConsumerNameAlreadyInUse)) && try == 0 {
+				continue // created concurrently: check the other one's owner
+			}
+			if err != nil {
+				return nil, nil, err
+			}
+			s.log.Info("created consumer", "workspace", r.ws.id, "consumer", r.name, "connection", r.conn.Name)
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		info := cons.CachedInfo()
+		if owner := info.Config.Metadata[ConsumerMetadataConnection]; owner != r.conn.Name {
+			v := rules.New(rules.ConsumerNameTaken, "consumer name "+r.name+" belongs to another connection or was not created by the HTTP API", "")
+			return nil, &v, nil
+		}
+		if filters == nil || sameFilters(info.Config, filters) {
+			return cons, nil, nil
+		}
+		// The families asked for, or the grant, changed.
+		upd := info.Config
+		upd.FilterSubject = ""
+		upd.FilterSubjects = filters
+		cons, err = js.UpdateConsumer(ctx, stream, upd)
+		if err != nil {
+			return nil, nil, err
+		}
+		s.log.Info("changed consumer families", "workspace", r.ws.id, "consumer", r.name, "filters", strings.Join(filters, " "))
+		return cons, nil, nil
+	}
+}
+
+func sameFilters(cfg jetstream.ConsumerConfig, want []string) bool {
+	have := slices.Clone(cfg.FilterSubjects)
+	if cfg.FilterSubject != "" {
+		have = append(have, cfg.FilterSubject)
+	}
+	slices.Sort(have)
+	return slices.Equal(have, want)
+}
+
+// pull returns up to max of the consumer's next messages. It returns as
+// soon as one message is there, with whatever else is there at that
+// moment, or empty-handed after wait.
+func pull(ctx context.Context, cons jetstream.Consumer, max int, wait time.Duration) ([]jetstream.Msg, error) {
+	var first jetstream.MessageBatch
+	var err error
+	if wait <= 0 {
+		first, err = cons.FetchNoWait(max)
+	} else {
+		wctx, cancel := context.WithTimeout(ctx, wait)
+		defer cancel()
+		first, err = cons.Fetch(1, jetstream.FetchContext(wctx))
+	}
+	if err != nil {
+		return nil, err
+	}
+	msgs, err := drain(first)
+	if err != nil || len(msgs) == 0 || len(msgs) >= max || wait <= 0 {
+		return msgs, ignoreEnd(err)
+	}
+	rest, err := cons.FetchNoWait(max - len(msgs))
+	if err != nil {
+		return msgs, err
+	}
+	more, err := drain(rest)
+	return append(msgs, more...), ignoreEnd(err)
+}
+
+func drain(b jetstream.MessageBatch) ([]jetstream.Msg, error) {
+	var msgs []jetstream.Msg
+	for m := range b.Messages() {
+		msgs = append(msgs, m)
+	}
+	return msgs, b.Error()
+}
+
+// ignoreEnd drops the errors that only say a long-poll ended.
+func ignoreEnd(err error) error {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || errors.Is(err, nats.ErrTimeout) {
+		return nil
+	}
+	return err
+}
+
+// delivery turns a topic message into the answer's form.
+func delivery(m jetstream.Msg) (Delivery, bool) {
+	meta, err := m.Metadata()
+	raw := m.Data()
+	if err != nil || !json.Valid(raw) {
+		return Delivery{}, false
+	}
+	tokens := strings.Split(m.Subject(), ".")
+	if len(tokens) < 3 {
+		return Delivery{}, false
+	}
+	family := tokens[2]
+	typ := m.Headers().Get(publish.HeaderMessageType)
+	if typ == "" {
+		typ = strings.Replace(family, "-", ".", 1)
+	}
+	return Delivery{
+		MessageID:   m.Headers().Get(nats.MsgIdHdr),
+		MessageType: typ,
+		Family:      family,
+		AckID:       base64.RawURLEncoding.EncodeToString([]byte(m.Reply())),
+		Delivery:    meta.NumDelivered,
+		Message:     raw,
+	}, true
+}
+
+// deliveryHead is a Delivery without its message.
+type deliveryHead struct {
+	MessageID   string `json:"message_id"`
+	MessageType string `json:"message_type"`
+	Family      string `json:"family"`
+	AckID       string `json:"ack_id"`
+	Delivery    uint64 `json:"delivery"`
+}
+
+// writeDeliveries answers a pull. The messages are written byte for byte
+// as accepted, which encoding a json.RawMessage would not do (it compacts).
+func writeDeliveries(c *gin.Context, ds []Delivery) {
+	var buf bytes.Buffer
+	buf.WriteString(`{"messages":[`)
+	for i, d := range ds {
+		if i > 0 {
+			buf.WriteByte(',')
+		}
+		head, err := json.Marshal(deliveryHead{d.MessageID, d.MessageType, d.Family, d.AckID, d.Delivery})
+		if err != nil {
+			busUnavailable(c)
+			return
+		}
+		buf.Write(head[:len(head)-1])
+		buf.WriteString(`,"message":`)
+		buf.Write(d.Message)
+		buf.WriteByte('}')
+	}
+	buf.WriteString(`]}`)
+	c.Data(http.StatusOK, "application/json", buf.Bytes())
+}
+
+// ack handles POST /v1/tenants/{t}/consumers/{name}/acks.
+func (s *Server) ack(c *gin.Context) {
+	r, ok := s.consumerStart(c, true)
+	if !ok {
+		return
+	}
+	var req AckRequest
+	dec := json.NewDecoder(bytes.NewReader(r.body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil || dec.More() || len(req.AckIDs) == 0 || len(req.AckIDs) > MaxAckIDs {
+		refuse(c, 0, rules.New(rules.ConsumerRequestInvalid, `send {"ack_ids":[…]} with 1 to `+strconv.Itoa(MaxAckIDs)+` ack_ids`, ""))
+		return
+	}
+	subjects := make([]string, len(req.AckIDs))
+	for i, id := range req.AckIDs {
+		subj, ok := ackSubject(r.ws.id, r.name, id)
+		if !ok {
+			refuse(c, 0, rules.New(rules.ConsumerAckInvalid, "this ack_id was not issued to consumer "+r.name+"; nothing was acknowledged", "/ack_ids/"+strconv.Itoa(i)))
+			return
+		}
+		subjects[i] = subj
+	}
+	_, v, err := s.durable(c.Request.Context(), r, nil, false)
+	switch {
+	case err != nil:
+		s.consumerUnavailable(c, r, "open consumer", err)
+		return
+	case v != nil:
+		refuse(c, 0, *v)
+		return
+	}
+	if err := s.acknowledge(c.Request.Context(), subjects); err != nil {
+		s.consumerUnavailable(c, r, "ack", err)
+		return
+	}
+	writeJSON(c, http.StatusOK, AckResponse{Acked: len(subjects)})
+}
+
+// acknowledge acknowledges every delivery and waits for the store to
+// confirm each.
+func (s *Server) acknowledge(ctx context.Context, subjects []string) error {
+	ctx, cancel := context.WithTimeout(ctx, ackTimeout)
+	defer cancel()
+	errs := make([]error, len(subjects))
+	var wg sync.WaitGroup
+	for i, subj := range subjects {
+		wg.Go(func() {
+			_, errs[i] = s.opts.Store.Conn.RequestWithContext(ctx, subj, []byte("+ACK"))
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// ackSubject decodes an ack_id and checks that it is a JetStream
+// acknowledgement subject of this consumer of the workspace's topic, in
+// either of JetStream's two forms:
+//
+//	$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<time>.<pending>
+//	$JS.ACK.<domain>.<account>.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<time>.<pending>[.<token>]
+func ackSubject(workspace, name, id string) (string, bool) {
+	b, err := base64.RawURLEncoding.DecodeString(id)
+	if err != nil || len(b) == 0 || len(b) > 512 {
+		return "", false
+	}
+	subj := string(b)
+	tokens := strings.Split(subj, ".")
+	for _, t := range tokens {
+		if t == "" || strings.ContainsAny(t, "*> \t\r\n") {
+			return "", false
+		}
+	}
+	if len(tokens) < 9 || tokens[0] != "$JS" || tokens[1] != "ACK" {
+		return "", false
+	}
+	var rest []string
+	switch {
+	case len(tokens) == 9:
+		rest = tokens[2:]
+	case len(tokens) >= 11 && len(tokens) <= 12:
+		rest = tokens[4:]
+	default:
+		return "", false
+	}
+	if rest[0] != store.StreamName(workspace) || rest[1] != name {
+		return "", false
+	}
+	for _, n := range rest[2:7] {
+		if _, err := strconv.ParseUint(n, 10, 64); err != nil {
+			return "", false
+		}
+	}
+	return subj, true
+}
+
+// consumerUnavailable logs a store failure and answers the generic 503.
+func (s *Server) consumerUnavailable(c *gin.Context, r *consumeRequest, op string, err error) {
+	s.log.Error("consumer store operation failed", "workspace", r.ws.id, "consumer", r.name, "op", op, "error", err)
+	busUnavailable(c)
+}
