@@ -39,6 +39,10 @@ type Options struct {
 	// TopicRetention is how long the topic keeps messages; 0 keeps them
 	// until the store's limits.
 	TopicRetention time.Duration
+	// WithoutPolicy skips the workspace policy (stages 4, 5, 9 and 12 accept
+	// everything, no limits): for measuring what the policy costs, never
+	// for serving.
+	WithoutPolicy bool
 	// RequestTimeout bounds a whole publish; default 10s.
 	RequestTimeout time.Duration
 	Logger         *slog.Logger

@@ -18,6 +18,7 @@ import (
 	"io/fs"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -116,10 +117,17 @@ type compiled struct {
 	tenant    []config.PolicyModule
 	hasTenant bool
 	cfg       *config.Workspace
-	gate      rego.PreparedEvalQuery
-	grants    rego.PreparedEvalQuery
-	families  rego.PreparedEvalQuery
-	publish   rego.PreparedEvalQuery
+	// Decisions of the deterministic built-in modules, memoised by their
+	// whole input for this generation of modules and data (a new
+	// generation starts empty). The workspace's own modules, which see the
+	// whole message, are evaluated every time.
+	gateMemo    *memo[GateResult]
+	grantsMemo  *memo[*rules.Violation]
+	publishMemo *memo[Decision]
+	gate        rego.PreparedEvalQuery
+	grants      rego.PreparedEvalQuery
+	families    rego.PreparedEvalQuery
+	publish     rego.PreparedEvalQuery
 }
 
 // ErrCompile wraps a policy that did not compile; the previous policy
@@ -155,6 +163,7 @@ func (e *Engine) Update(ctx context.Context, cfg *config.Workspace) error {
 		next = &c
 	}
 	next.cfg = cfg
+	next.gateMemo, next.grantsMemo, next.publishMemo = newMemo[GateResult](), newMemo[*rules.Violation](), newMemo[Decision]()
 	if err := storage.WriteOne(ctx, e.store, storage.AddOp, storage.Path{"workspace"}, data); err != nil {
 		return fmt.Errorf("policy data: %w", err)
 	}
@@ -284,9 +293,23 @@ func (v *violation) toRule() *rules.Violation {
 func (e *Engine) Gate(ctx context.Context, in GateInput) (GateResult, error) {
 	c := e.compiled.Load()
 	req := map[string]any{"client_ip": in.ClientIP, "media_type": in.MediaType, "json_depth": in.JSONDepth}
+	key := ""
 	if len(c.cfg.Firewall.BlockedPatterns) > 0 {
 		req["body"] = string(in.Body)
+	} else {
+		key = memoKey(in.Connection, strconv.FormatBool(in.IAM), in.ClientIP, in.MediaType, strconv.Itoa(in.JSONDepth))
+		if r, ok := c.gateMemo.get(key); ok {
+			return r, nil
+		}
 	}
+	r, err := e.gate(ctx, c, in, req)
+	if err == nil && key != "" {
+		c.gateMemo.put(key, r)
+	}
+	return r, err
+}
+
+func (e *Engine) gate(ctx context.Context, c *compiled, in GateInput, req map[string]any) (GateResult, error) {
 	var out struct {
 		Refusal *violation `json:"refusal"`
 		Limits  Limits     `json:"limits"`
@@ -297,9 +320,19 @@ func (e *Engine) Gate(ctx context.Context, in GateInput) (GateResult, error) {
 
 // Grants decides stage 9.
 func (e *Engine) Grants(ctx context.Context, in MessageInput) (*rules.Violation, error) {
+	c := e.compiled.Load()
+	key := memoKey(in.Connection, in.SystemID, in.MessageType)
+	if r, ok := c.grantsMemo.get(key); ok {
+		return r, nil
+	}
 	var out *violation
-	err := eval(ctx, e.compiled.Load().grants, map[string]any{"connection": in.Connection, "message": messageInput(in, false)}, &out)
-	return out.toRule(), err
+	err := eval(ctx, c.grants, map[string]any{"connection": in.Connection, "message": messageInput(in, false)}, &out)
+	if err != nil {
+		return nil, err
+	}
+	r := out.toRule()
+	c.grantsMemo.put(key, r)
+	return r, nil
 }
 
 // Families returns the families a connection may consume ("*" for all).
@@ -312,6 +345,22 @@ func (e *Engine) Families(ctx context.Context, connection string) ([]string, err
 // Publish decides stage 12 for a message over its story head.
 func (e *Engine) Publish(ctx context.Context, in MessageInput, head HeadInput) (Decision, error) {
 	c := e.compiled.Load()
+	if c.hasTenant {
+		return e.publish(ctx, c, in, head)
+	}
+	key := memoKey(in.Connection, in.Family, in.SystemID, in.StoryID, strconv.FormatBool(head.Exists), head.Owner)
+	if d, ok := c.publishMemo.get(key); ok {
+		d.Refusals, d.Warnings = slices.Clone(d.Refusals), slices.Clone(d.Warnings)
+		return d, nil
+	}
+	d, err := e.publish(ctx, c, in, head)
+	if err == nil {
+		c.publishMemo.put(key, d)
+	}
+	return d, err
+}
+
+func (e *Engine) publish(ctx context.Context, c *compiled, in MessageInput, head HeadInput) (Decision, error) {
 	var out struct {
 		Owner    string      `json:"owner"`
 		Refusals []violation `json:"refusals"`
@@ -377,3 +426,33 @@ func messageInput(in MessageInput, withDoc bool) map[string]any {
 
 // Config returns the configuration the policy was last updated with.
 func (e *Engine) Config() *config.Workspace { return e.compiled.Load().cfg }
+
+// maxMemo bounds each memo; a full memo is emptied and refilled.
+const maxMemo = 50_000
+
+// memo remembers decisions by input key.
+type memo[V any] struct {
+	mu sync.Mutex
+	m  map[string]V
+}
+
+func newMemo[V any]() *memo[V] { return &memo[V]{m: map[string]V{}} }
+
+func (m *memo[V]) get(key string) (V, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	v, ok := m.m[key]
+	return v, ok
+}
+
+func (m *memo[V]) put(key string, v V) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.m) >= maxMemo {
+		clear(m.m)
+	}
+	m.m[key] = v
+}
+
+// memoKey joins input fields with a separator no field can hold.
+func memoKey(fields ...string) string { return strings.Join(fields, "\x00") }

@@ -3,6 +3,7 @@ package policy_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"testing"
 
 	"github.com/storybus/storybus/bus/config"
@@ -164,10 +165,50 @@ func BenchmarkPublishDecision(b *testing.B) {
 		b.Fatal(err)
 	}
 	in := message("local", "A long enough headline")
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := e.Publish(context.Background(), in, policy.HeadInput{Exists: true, Owner: "cms"}); err != nil {
-			b.Fatal(err)
+	b.Run("evaluated", func(b *testing.B) {
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			i++
+			in.StoryID = "story-" + strconv.Itoa(i) // a new input: no memoised decision
+			if _, err := e.Publish(context.Background(), in, policy.HeadInput{Exists: true, Owner: "cms"}); err != nil {
+				b.Fatal(err)
+			}
 		}
+	})
+	b.Run("memoised", func(b *testing.B) {
+		b.ReportAllocs()
+		in.StoryID = "story-0"
+		for b.Loop() {
+			if _, err := e.Publish(context.Background(), in, policy.HeadInput{Exists: true, Owner: "cms"}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+func TestMemoisedDecisionsFollowConfiguration(t *testing.T) {
+	w := workspace()
+	e, err := policy.New(context.Background(), w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := message("local", "A long enough headline")
+	in.SystemID = "wire"
+	head := policy.HeadInput{Exists: true, Owner: "cms"}
+	for range 2 { // evaluated, then memoised
+		d, err := e.Publish(context.Background(), in, head)
+		if err != nil || len(d.Warnings) != 1 || len(d.Refusals) != 0 {
+			t.Fatalf("tolerate: %+v %v", d, err)
+		}
+	}
+	w2 := workspace()
+	w2.Ownership.NotOwner = config.NotOwnerRefuse
+	if err := e.Update(context.Background(), w2); err != nil {
+		t.Fatal(err)
+	}
+	d, err := e.Publish(context.Background(), in, head)
+	if err != nil || len(d.Refusals) != 1 || d.Refusals[0].Rule != "story.not_owner" {
+		t.Fatalf("after the change the memoised decision was kept: %+v %v", d, err)
 	}
 }
