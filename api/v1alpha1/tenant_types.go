@@ -1,0 +1,323 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// DeletionPolicy says what happens to a Tenant's stored data when the Tenant
+// is deleted.
+// +kubebuilder:validation:Enum=retain;delete
+type DeletionPolicy string
+
+// Deletion policies.
+const (
+	// DeletionPolicyRetain keeps the bus's volumes (and so its idempotency
+	// records, story heads and topic) after the Tenant is deleted.
+	DeletionPolicyRetain DeletionPolicy = "retain"
+	// DeletionPolicyDelete deletes the bus's volumes with the Tenant.
+	DeletionPolicyDelete DeletionPolicy = "delete"
+)
+
+// Embedded JetStream fsync modes (the bus's --sync flag).
+const (
+	SyncAlways   = "always"
+	SyncInterval = "interval"
+)
+
+// TenantSpec is a newsroom's bus workspace: how many bus replicas run, where
+// they store, and the workspace-wide settings of its configuration.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.workspaceID) == has(oldSelf.workspaceID)",message="workspaceID is immutable: it can be neither set nor removed after creation"
+// +kubebuilder:validation:XValidation:rule="!has(self.storage) || !has(self.storage.embedded) || !has(self.replicas) || self.replicas <= 1",message="embedded storage serves one replica; use storage.external to run more"
+type TenantSpec struct {
+	// WorkspaceID is the workspace id: the {t} of every route, the audience
+	// of its tokens, and part of its stream and bucket names. Default: the
+	// Tenant's name. Immutable.
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="workspaceID is immutable"
+	// +optional
+	WorkspaceID string `json:"workspaceID,omitempty"`
+
+	// Replicas is the number of bus pods. Embedded storage allows 0 or 1.
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100
+	// +optional
+	Replicas *int32 `json:"replicas,omitempty"`
+
+	// Image is the storybus image the bus pods run. Default: the operator's
+	// --bus-image.
+	// +kubebuilder:validation:MaxLength=512
+	// +optional
+	Image string `json:"image,omitempty"`
+
+	// Resources of the bus container.
+	// +optional
+	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
+
+	// Storage is where the bus keeps its records, story heads and topic.
+	// Default: embedded JetStream on a 10Gi volume.
+	// +kubebuilder:default={embedded:{}}
+	// +optional
+	Storage *TenantStorage `json:"storage,omitempty"`
+
+	// IdempotencyWindow is how long a message_id is remembered; at least
+	// 168h.
+	// +kubebuilder:default="168h"
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('168h')",message="idempotencyWindow must be at least 168h (7 days)"
+	// +optional
+	IdempotencyWindow *metav1.Duration `json:"idempotencyWindow,omitempty"`
+
+	// TokenTTL is the lifetime of the access tokens the workspace issues,
+	// between 1m and 24h.
+	// +kubebuilder:default="1h"
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1m') && duration(self) <= duration('24h')",message="tokenTTL must be between 1m and 24h"
+	// +optional
+	TokenTTL *metav1.Duration `json:"tokenTTL,omitempty"`
+
+	// Limits are the rate limit and daily quota of Connections that set
+	// none.
+	// +optional
+	Limits *Limits `json:"limits,omitempty"`
+
+	// Firewall holds the workspace's request rules (403 request.blocked).
+	// +optional
+	Firewall *Firewall `json:"firewall,omitempty"`
+
+	// Policies are the workspace's own Rego modules, decided at stage 12
+	// after the bus's own ownership rule.
+	// +kubebuilder:validation:MaxItems=64
+	// +listType=map
+	// +listMapKey=name
+	// +optional
+	Policies []PolicyModule `json:"policies,omitempty"`
+
+	// DeletionPolicy says what happens to the bus's volumes when the Tenant
+	// is deleted: retain (the default) keeps them, delete deletes them.
+	// +kubebuilder:default=retain
+	// +optional
+	DeletionPolicy DeletionPolicy `json:"deletionPolicy,omitempty"`
+}
+
+// TenantStorage selects the store: exactly one of Embedded and External.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.embedded) != has(self.external)",message="set exactly one of embedded and external"
+// +kubebuilder:validation:XValidation:rule="has(self.embedded) == has(oldSelf.embedded)",message="the kind of storage (embedded or external) is immutable"
+type TenantStorage struct {
+	// Embedded runs JetStream inside the bus process on a volume per pod.
+	// +optional
+	Embedded *EmbeddedStorage `json:"embedded,omitempty"`
+	// External connects the bus to an external NATS cluster.
+	// +optional
+	External *ExternalStorage `json:"external,omitempty"`
+}
+
+// EmbeddedStorage is a volume for the embedded JetStream of each bus pod.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.size) == has(oldSelf.size) && (!has(self.size) || self.size == oldSelf.size)",message="size is immutable: a StatefulSet's volume claims cannot change"
+// +kubebuilder:validation:XValidation:rule="has(self.storageClassName) == has(oldSelf.storageClassName) && (!has(self.storageClassName) || self.storageClassName == oldSelf.storageClassName)",message="storageClassName is immutable"
+type EmbeddedStorage struct {
+	// Size of each pod's volume. Immutable.
+	// +kubebuilder:default="10Gi"
+	// +optional
+	Size *resource.Quantity `json:"size,omitempty"`
+	// StorageClassName of the volumes; unset uses the cluster's default.
+	// Immutable.
+	// +optional
+	StorageClassName *string `json:"storageClassName,omitempty"`
+	// Sync is the JetStream fsync mode: always (every write, the default)
+	// or interval.
+	// +kubebuilder:validation:Enum=always;interval
+	// +kubebuilder:default=always
+	// +optional
+	Sync string `json:"sync,omitempty"`
+}
+
+// ExternalStorage is an external NATS cluster with JetStream.
+type ExternalStorage struct {
+	// URL of the cluster; several servers are separated by commas.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:Pattern=`^(nats|tls|ws|wss)://`
+	// +required
+	URL string `json:"url"`
+	// CredentialsSecretRef names a Secret key holding a NATS credentials
+	// file. The key defaults to "nats.creds".
+	// +optional
+	CredentialsSecretRef *SecretKeyReference `json:"credentialsSecretRef,omitempty"`
+	// Replicas of every stream and bucket the bus creates.
+	// +kubebuilder:default=3
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=5
+	// +optional
+	Replicas int32 `json:"replicas,omitempty"`
+}
+
+// Firewall rules refuse requests with 403 request.blocked.
+type Firewall struct {
+	// AllowedCIDRs, when not empty, are the only client addresses let in.
+	// +kubebuilder:validation:MaxItems=256
+	// +kubebuilder:validation:items:MaxLength=64
+	// +kubebuilder:validation:XValidation:rule="self.all(c, isCIDR(c))",message="every entry must be a CIDR such as 10.0.0.0/8"
+	// +optional
+	AllowedCIDRs []string `json:"allowedCIDRs,omitempty"`
+	// ContentTypes, when not empty, are the only media types let in.
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MaxLength=255
+	// +optional
+	ContentTypes []string `json:"contentTypes,omitempty"`
+	// MaxJSONDepth, when set, refuses deeper bodies.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	MaxJSONDepth int32 `json:"maxJSONDepth,omitempty"`
+	// BlockedPatterns are Go regular expressions refused anywhere in the
+	// body.
+	// +kubebuilder:validation:MaxItems=256
+	// +kubebuilder:validation:items:MaxLength=1024
+	// +optional
+	BlockedPatterns []string `json:"blockedPatterns,omitempty"`
+}
+
+// PolicyModule is one of the workspace's own Rego modules. Its package must
+// be storybus.tenant.<name>; its deny and warn sets hold objects {rule,
+// message, path} whose rule ids it declares in Rules.
+type PolicyModule struct {
+	// Name names the module; its package is storybus.tenant.<name>.
+	// +kubebuilder:validation:Pattern=`^[A-Za-z_][A-Za-z0-9_]{0,62}$`
+	// +required
+	Name string `json:"name"`
+	// Rego is the module's source, in Rego v1 syntax.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=262144
+	// +required
+	Rego string `json:"rego"`
+	// Rules declares every rule id the module can emit.
+	// +kubebuilder:validation:MaxItems=256
+	// +listType=map
+	// +listMapKey=id
+	// +optional
+	Rules []TenantRule `json:"rules,omitempty"`
+}
+
+// TenantRule is a rule a workspace's own module declares. Its id starts with
+// "tenant.", so it never shadows one of the bus's rules.
+type TenantRule struct {
+	// ID is the rule id answered in violations.
+	// +kubebuilder:validation:Pattern=`^tenant\.[A-Za-z0-9_.-]{1,120}$`
+	// +required
+	ID string `json:"id"`
+	// Status is 403 or 409 for a refusal; 0 (or unset) for a rule that is
+	// only ever a warning.
+	// +kubebuilder:validation:Enum=0;403;409
+	// +optional
+	Status int32 `json:"status,omitempty"`
+	// Meaning says what the rule checks.
+	// +kubebuilder:validation:MaxLength=1024
+	// +optional
+	Meaning string `json:"meaning,omitempty"`
+	// Fix says how a producer fixes a refused message.
+	// +kubebuilder:validation:MaxLength=1024
+	// +optional
+	Fix string `json:"fix,omitempty"`
+}
+
+// TenantStatus is what the operator observed of the Tenant's bus.
+type TenantStatus struct {
+	// ObservedGeneration is the generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Conditions: Ready (the summary), ConfigurationValid, Available.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// WorkspaceID is the workspace id in force (spec.workspaceID or the
+	// Tenant's name).
+	// +optional
+	WorkspaceID string `json:"workspaceID,omitempty"`
+	// Endpoint is the base URL of the publish API inside the cluster.
+	// +optional
+	Endpoint string `json:"endpoint,omitempty"`
+	// Replicas is the number of bus pods desired.
+	// +optional
+	Replicas int32 `json:"replicas,omitempty"`
+	// ReadyReplicas is the number of bus pods ready.
+	// +optional
+	ReadyReplicas int32 `json:"readyReplicas,omitempty"`
+	// ConfigHash is the hash of the workspace configuration last written.
+	// +optional
+	ConfigHash string `json:"configHash,omitempty"`
+	// Connections is the number of Connections in the configuration.
+	// +optional
+	Connections int32 `json:"connections,omitempty"`
+}
+
+// Tenant is a newsroom's bus workspace. The operator runs a StatefulSet of
+// bus pods for it, serving the workspace configuration it compiles from the
+// Tenant and the Connections, Grants and OwnershipPolicies that refer to it.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:categories=storybus
+// +kubebuilder:printcolumn:name="Workspace",type=string,JSONPath=`.status.workspaceID`
+// +kubebuilder:printcolumn:name="Replicas",type=integer,JSONPath=`.status.replicas`
+// +kubebuilder:printcolumn:name="Ready Replicas",type=integer,JSONPath=`.status.readyReplicas`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
+// +kubebuilder:printcolumn:name="Endpoint",type=string,JSONPath=`.status.endpoint`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 40 && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="a Tenant's name must be a DNS label of at most 40 characters starting with a letter: it names the bus's StatefulSet, Services and pods"
+type Tenant struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Spec is the desired workspace.
+	// +kubebuilder:default={}
+	// +optional
+	Spec TenantSpec `json:"spec,omitempty"`
+	// Status is what the operator observed.
+	// +optional
+	Status TenantStatus `json:"status,omitempty"`
+}
+
+// EffectiveWorkspaceID returns spec.workspaceID, or the Tenant's name when
+// it is unset.
+func (t *Tenant) EffectiveWorkspaceID() string {
+	if t.Spec.WorkspaceID != "" {
+		return t.Spec.WorkspaceID
+	}
+	return t.Name
+}
+
+// EffectiveReplicas returns spec.replicas, 1 when unset.
+func (t *Tenant) EffectiveReplicas() int32 {
+	if t.Spec.Replicas == nil {
+		return 1
+	}
+	return *t.Spec.Replicas
+}
+
+// EffectiveDeletionPolicy returns spec.deletionPolicy, retain when unset.
+func (t *Tenant) EffectiveDeletionPolicy() DeletionPolicy {
+	if t.Spec.DeletionPolicy == "" {
+		return DeletionPolicyRetain
+	}
+	return t.Spec.DeletionPolicy
+}
+
+// +kubebuilder:object:root=true
+
+// TenantList is a list of Tenants.
+type TenantList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	// Items are the Tenants.
+	Items []Tenant `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&Tenant{}, &TenantList{})
+}

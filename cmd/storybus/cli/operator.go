@@ -1,0 +1,141 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/go-logr/logr"
+	"github.com/spf13/cobra"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/storybus/storybus/controllers"
+)
+
+// OperatorOptions are the flags of `storybus operator`.
+type OperatorOptions struct {
+	Kubeconfig              string
+	MetricsBindAddress      string
+	HealthProbeBindAddress  string
+	LeaderElect             bool
+	LeaderElectionID        string
+	LeaderElectionNamespace string
+	WatchNamespace          string
+	BusImage                string
+	ClusterDomain           string
+	LogFormat               string
+	LogLevel                string
+}
+
+func (o *OperatorOptions) bind(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file; empty uses $KUBECONFIG, the in-cluster configuration or ~/.kube/config")
+	f.StringVar(&o.MetricsBindAddress, "metrics-bind-address", ":8080", "address of the Prometheus /metrics endpoint; 0 disables it")
+	f.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
+	f.BoolVar(&o.LeaderElect, "leader-elect", false, "elect a leader among operator replicas (a Lease); only the leader reconciles")
+	f.StringVar(&o.LeaderElectionID, "leader-election-id", "storybus-operator.bus.storybus.io", "name of the leader election Lease")
+	f.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the Lease; empty uses the operator's own namespace")
+	f.StringVar(&o.WatchNamespace, "watch-namespace", "", "reconcile only this namespace; empty reconciles all")
+	f.StringVar(&o.BusImage, "bus-image", controllers.DefaultBusImage, "image of the bus pods of Tenants that set no spec.image")
+	f.StringVar(&o.ClusterDomain, "cluster-domain", "cluster.local", "the cluster's DNS domain, for Tenants' status.endpoint")
+	f.StringVar(&o.LogFormat, "log-format", "json", "log format: json or text")
+	f.StringVar(&o.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
+}
+
+func (o *OperatorOptions) validate() error {
+	if o.LogFormat != "json" && o.LogFormat != "text" {
+		return usageError{fmt.Errorf("--log-format must be json or text")}
+	}
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(o.LogLevel)); err != nil {
+		return usageError{fmt.Errorf("--log-level: %w", err)}
+	}
+	return nil
+}
+
+func newOperatorCommand() *cobra.Command {
+	o := &OperatorOptions{}
+	cmd := &cobra.Command{
+		Use:   "operator",
+		Short: "Run the operator: reconcile Tenants, Connections, Grants and OwnershipPolicies into running buses",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.validate(); err != nil {
+				return err
+			}
+			var level slog.Level
+			_ = level.UnmarshalText([]byte(o.LogLevel))
+			var h slog.Handler = slog.NewJSONHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level})
+			if o.LogFormat == "text" {
+				h = slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level})
+			}
+			cfg, err := restConfig(o.Kubeconfig)
+			if err != nil {
+				return err
+			}
+			return RunOperator(cmd.Context(), *o, cfg, logr.FromSlogHandler(h))
+		},
+	}
+	o.bind(cmd)
+	return cmd
+}
+
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig != "" {
+		cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+		if err != nil {
+			return nil, fmt.Errorf("kubeconfig: %w", err)
+		}
+		return cfg, nil
+	}
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		return nil, fmt.Errorf("no Kubernetes configuration: %w", err)
+	}
+	return cfg, nil
+}
+
+// RunOperator runs the operator's manager against the cluster of cfg until
+// ctx ends.
+func RunOperator(ctx context.Context, o OperatorOptions, cfg *rest.Config, log logr.Logger) error {
+	ctrl.SetLogger(log)
+	klog.SetLogger(log)
+	scheme, err := controllers.NewScheme()
+	if err != nil {
+		return err
+	}
+	cacheOpts := controllers.CacheOptions()
+	if o.WatchNamespace != "" {
+		cacheOpts.DefaultNamespaces = map[string]cache.Config{o.WatchNamespace: {}}
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                        scheme,
+		Cache:                         cacheOpts,
+		Metrics:                       metricsserver.Options{BindAddress: o.MetricsBindAddress},
+		HealthProbeBindAddress:        o.HealthProbeBindAddress,
+		LeaderElection:                o.LeaderElect,
+		LeaderElectionID:              o.LeaderElectionID,
+		LeaderElectionNamespace:       o.LeaderElectionNamespace,
+		LeaderElectionReleaseOnCancel: true,
+	})
+	if err != nil {
+		return fmt.Errorf("operator manager: %w", err)
+	}
+	if err := controllers.Setup(mgr, controllers.Options{BusImage: o.BusImage, ClusterDomain: o.ClusterDomain}); err != nil {
+		return err
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
+		return err
+	}
+	log.Info("storybus operator starting", "busImage", o.BusImage, "leaderElect", o.LeaderElect, "watchNamespace", o.WatchNamespace)
+	return mgr.Start(ctx)
+}

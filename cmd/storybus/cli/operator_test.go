@@ -1,0 +1,151 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/storybus/storybus/api/v1alpha1"
+	"github.com/storybus/storybus/controllers"
+)
+
+// TestOperatorRuns runs `storybus operator`'s manager against a real API
+// server: it takes the leader Lease, serves /healthz, /readyz and
+// /metrics, reconciles a Tenant into a StatefulSet of the --bus-image, and
+// stops cleanly when its context ends.
+func TestOperatorRuns(t *testing.T) {
+	root := filepath.Join("..", "..", "..")
+	assets := os.Getenv("KUBEBUILDER_ASSETS")
+	if assets == "" {
+		assets = filepath.Join(root, "bin")
+	}
+	for _, bin := range []string{"kube-apiserver", "etcd"} {
+		if _, err := os.Stat(filepath.Join(assets, bin)); err != nil {
+			t.Fatalf("envtest needs %s in %s (KUBEBUILDER_ASSETS or bin/): run `make tools` to build it", bin, assets)
+		}
+	}
+	env := &envtest.Environment{
+		CRDDirectoryPaths:     []string{filepath.Join(root, "config", "crd", "bases")},
+		ErrorIfCRDPathMissing: true,
+		BinaryAssetsDirectory: assets,
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+
+	metrics, health := freeAddr(t), freeAddr(t)
+	o := OperatorOptions{
+		MetricsBindAddress:      metrics,
+		HealthProbeBindAddress:  health,
+		LeaderElect:             true,
+		LeaderElectionID:        "storybus-operator-test",
+		LeaderElectionNamespace: "default",
+		BusImage:                "registry.example/storybus:smoke",
+		ClusterDomain:           "cluster.local",
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- RunOperator(ctx, o, cfg, logr.Discard()) }()
+	t.Cleanup(cancel)
+
+	scheme, err := controllers.NewScheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	poll := func(what string, f func() error) {
+		t.Helper()
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			err := f()
+			if err == nil {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %v", what, err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	get := func(url, want string) func() error {
+		return func() error {
+			resp, err := http.Get(url)
+			if err != nil {
+				return err
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), want) {
+				return fmt.Errorf("%s: %d %.200s", url, resp.StatusCode, b)
+			}
+			return nil
+		}
+	}
+	poll("healthz", get("http://"+health+"/healthz", "ok"))
+	poll("readyz", get("http://"+health+"/readyz", "ok"))
+	poll("leader lease", func() error {
+		var l coordinationv1.Lease
+		if err := c.Get(ctx, types.NamespacedName{Namespace: "default", Name: o.LeaderElectionID}, &l); err != nil {
+			return err
+		}
+		if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" {
+			return fmt.Errorf("no holder")
+		}
+		return nil
+	})
+	tn := &v1alpha1.Tenant{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "smoke"}}
+	if err := c.Create(ctx, tn); err != nil {
+		t.Fatal(err)
+	}
+	poll("statefulset of the bus image", func() error {
+		var sts appsv1.StatefulSet
+		if err := c.Get(ctx, types.NamespacedName{Namespace: "default", Name: "smoke-bus"}, &sts); err != nil {
+			return err
+		}
+		if img := sts.Spec.Template.Spec.Containers[0].Image; img != o.BusImage {
+			return fmt.Errorf("image %s", img)
+		}
+		return nil
+	})
+	poll("metrics", get("http://"+metrics+"/metrics", `controller_runtime_reconcile_total{controller="tenant"`))
+
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("operator stopped with %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("operator did not stop")
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}

@@ -1,0 +1,88 @@
+package controllers
+
+import (
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/storybus/storybus/api/v1alpha1"
+)
+
+// connectionObservation is what one reconcile of a Connection saw.
+type connectionObservation struct {
+	generation int64
+	refs       refsObservation
+	// secretName is the credentials Secret; secretSeen is true when the
+	// credentials phase read or made it.
+	secretName string
+	secretSeen bool
+	owned      bool
+	inUse      error
+	clientID   string
+	rotatedAt  *time.Time
+	rotate     int64
+}
+
+func observeConnection(s *connectionScope) connectionObservation {
+	c := s.conn
+	o := connectionObservation{
+		generation: c.Generation,
+		refs:       s.refs,
+		secretName: c.CredentialsSecretName(),
+		inUse:      s.inUse,
+		rotate:     c.Spec.Credentials.Rotate,
+	}
+	if sec := s.sec; sec != nil {
+		o.secretSeen, o.owned = true, s.owned
+		o.clientID = string(sec.Data[v1alpha1.CredentialsClientIDKey])
+		if at, err := time.Parse(time.RFC3339, sec.Annotations[v1alpha1.AnnotationRotatedAt]); err == nil {
+			o.rotatedAt = &at
+		}
+	}
+	return o
+}
+
+// refsCondition is the ResolvedRefs condition of a reference check.
+func refsCondition(r refsObservation) metav1.Condition {
+	if r.reason != "" {
+		return cond(v1alpha1.ConditionResolvedRefs, metav1.ConditionFalse, r.reason, "%s", r.message)
+	}
+	return cond(v1alpha1.ConditionResolvedRefs, metav1.ConditionTrue, v1alpha1.ReasonResolved, "every reference resolved")
+}
+
+// connectionConditions returns the conditions o decides, Ready excluded.
+func connectionConditions(o connectionObservation) []metav1.Condition {
+	var cs []metav1.Condition
+	if o.refs.checked {
+		cs = append(cs, refsCondition(o.refs))
+	}
+	switch {
+	case o.inUse != nil:
+		cs = append(cs, cond(v1alpha1.ConditionCredentialsReady, metav1.ConditionFalse, v1alpha1.ReasonSecretInUse,
+			"%v; name another Secret in spec.credentials.secretName", o.inUse))
+	case !o.secretSeen:
+	case o.owned:
+		cs = append(cs, cond(v1alpha1.ConditionCredentialsReady, metav1.ConditionTrue, v1alpha1.ReasonCredentialsGenerated,
+			"client %s, credentials in Secret %s", o.clientID, o.secretName))
+	default:
+		cs = append(cs, cond(v1alpha1.ConditionCredentialsReady, metav1.ConditionTrue, v1alpha1.ReasonCredentialsReused,
+			"client %s, credentials in existing Secret %s", o.clientID, o.secretName))
+	}
+	return cs
+}
+
+// applyConnectionStatus writes the status o decides into c.
+func applyConnectionStatus(c *v1alpha1.Connection, o connectionObservation) {
+	if o.secretSeen {
+		c.Status.ClientID = o.clientID
+		c.Status.SecretName = o.secretName
+		c.Status.ObservedRotate = o.rotate
+		if o.rotatedAt != nil {
+			at := metav1.NewTime(*o.rotatedAt)
+			c.Status.CredentialsRotatedAt = &at
+		} else {
+			c.Status.CredentialsRotatedAt = nil
+		}
+	}
+	setConditions(c, o.generation, connectionConditions(o), v1alpha1.ConditionResolvedRefs, v1alpha1.ConditionCredentialsReady)
+}

@@ -1,0 +1,92 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/storybus/storybus/api/v1alpha1"
+)
+
+// FieldManager is the server-side apply field manager of everything the
+// operator writes.
+const FieldManager = "storybus-operator"
+
+// DefaultBusImage is the image Tenants' bus pods run unless the operator or
+// the Tenant says otherwise.
+const DefaultBusImage = "ghcr.io/storybus/storybus:latest"
+
+// Options configure the reconcilers.
+type Options struct {
+	// BusImage is the image of bus pods whose Tenant sets none.
+	BusImage string
+	// ClusterDomain is the cluster's DNS domain, for status.endpoint.
+	ClusterDomain string
+	// Now returns the current time; nil means time.Now. Tests inject a
+	// clock.
+	Now func() time.Time
+}
+
+func (o Options) withDefaults() Options {
+	if o.BusImage == "" {
+		o.BusImage = DefaultBusImage
+	}
+	if o.ClusterDomain == "" {
+		o.ClusterDomain = "cluster.local"
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return o
+}
+
+// NewScheme returns a scheme with the built-in kinds and those of
+// api/v1alpha1.
+func NewScheme() (*runtime.Scheme, error) {
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		return nil, err
+	}
+	if err := v1alpha1.AddToScheme(s); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// CacheOptions restrict what the manager caches: of all pods, only bus
+// pods. Pass them as manager.Options.Cache.
+func CacheOptions() cache.Options {
+	return cache.Options{ByObject: map[client.Object]cache.ByObject{
+		&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{LabelManagedBy: FieldManager})},
+	}}
+}
+
+// Setup registers the field indexes and the four reconcilers with mgr.
+func Setup(mgr ctrl.Manager, o Options) error {
+	o = o.withDefaults()
+	if err := addIndexes(context.Background(), mgr.GetFieldIndexer()); err != nil {
+		return fmt.Errorf("field indexes: %w", err)
+	}
+	rec := mgr.GetEventRecorder(FieldManager)
+	if err := (&TenantReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: rec, Options: o}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("tenant controller: %w", err)
+	}
+	if err := (&ConnectionReconciler{Client: mgr.GetClient(), Recorder: rec, Options: o}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("connection controller: %w", err)
+	}
+	if err := (&GrantReconciler{Client: mgr.GetClient(), Recorder: rec}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("grant controller: %w", err)
+	}
+	if err := (&OwnershipPolicyReconciler{Client: mgr.GetClient(), Recorder: rec}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("ownershippolicy controller: %w", err)
+	}
+	return nil
+}

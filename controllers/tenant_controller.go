@@ -1,0 +1,422 @@
+package controllers
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/yaml"
+
+	"github.com/storybus/storybus/api/v1alpha1"
+	"github.com/storybus/storybus/bus/config"
+	"github.com/storybus/storybus/controllers/workspace"
+)
+
+// TenantReconciler runs a Tenant's bus and keeps its configuration current.
+type TenantReconciler struct {
+	client.Client
+	// APIReader reads uncached (the volumes of a deleted Tenant).
+	APIReader client.Reader
+	// Recorder records Events on the Tenant.
+	Recorder events.EventRecorder
+	Options
+}
+
+// tenantScope is what the phases of one reconcile share.
+type tenantScope struct {
+	tenant     *v1alpha1.Tenant
+	signingKey []byte
+	// configYAML and configHash are set when the configuration compiled.
+	configYAML  []byte
+	configHash  string
+	connections int
+	compileErr  error
+	// conflict is an object in the way, not controlled by the Tenant.
+	conflict error
+	// sts is the StatefulSet as last observed; nil when not observed.
+	sts *appsv1.StatefulSet
+}
+
+// +kubebuilder:rbac:groups=bus.storybus.io,resources=tenants,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=bus.storybus.io,resources=tenants/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=bus.storybus.io,resources=tenants/finalizers,verbs=update
+// +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=services;configmaps,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;delete
+// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch;update
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch;update
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
+
+// Reconcile brings one Tenant's bus to its spec.
+func (r *TenantReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, err error) {
+	t := &v1alpha1.Tenant{}
+	if err := r.Get(ctx, req.NamespacedName, t); err != nil {
+		if apierrors.IsNotFound(err) {
+			return ctrl.Result{}, nil
+		}
+		return ctrl.Result{}, fmt.Errorf("get tenant: %w", err)
+	}
+	if !t.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, r.finalize(ctx, t)
+	}
+	if !controllerutil.ContainsFinalizer(t, v1alpha1.Finalizer) {
+		orig := t.DeepCopy()
+		controllerutil.AddFinalizer(t, v1alpha1.Finalizer)
+		if err := r.Patch(ctx, t, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+			return ctrl.Result{}, fmt.Errorf("add finalizer: %w", err)
+		}
+	}
+
+	before := t.DeepCopy()
+	s := &tenantScope{tenant: t}
+	defer func() {
+		applyTenantStatus(t, observeTenant(s, r.ClusterDomain))
+		err = errors.Join(err, patchStatus(ctx, r.Client, r.Recorder, t, before))
+	}()
+	phases := []func(context.Context, *tenantScope) error{
+		r.reconcileSigningKey,
+		r.compile,
+		r.reconcileConfigMap,
+		r.reconcileServices,
+		r.reconcileStatefulSet,
+		r.reconcilePDB,
+		r.annotatePods,
+	}
+	for _, phase := range phases {
+		if err := phase(ctx, s); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	if s.compileErr != nil {
+		return ctrl.Result{}, reconcile.TerminalError(s.compileErr)
+	}
+	return ctrl.Result{}, nil
+}
+
+// nameConflict records that name is taken by an object the Tenant does
+// not control: the operator never adopts it, the user must rename one.
+func (s *tenantScope) nameConflict(kind, name string) error {
+	s.conflict = fmt.Errorf("%s %s exists and is not controlled by Tenant %s", kind, name, s.tenant.Name)
+	return reconcile.TerminalError(s.conflict)
+}
+
+// checkOwnership fails when obj (read into from the cache) exists and is
+// not controlled by the Tenant.
+func (r *TenantReconciler) checkOwnership(ctx context.Context, s *tenantScope, kind, name string, obj client.Object) error {
+	err := r.Get(ctx, types.NamespacedName{Namespace: s.tenant.Namespace, Name: name}, obj)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("get %s %s: %w", kind, name, err)
+	case !controlledBy(obj, s.tenant):
+		return s.nameConflict(kind, name)
+	}
+	return nil
+}
+
+// reconcileSigningKey makes the signing key Secret once and keeps it.
+func (r *TenantReconciler) reconcileSigningKey(ctx context.Context, s *tenantScope) error {
+	t := s.tenant
+	name := signingKeyName(t)
+	sec := &corev1.Secret{}
+	err := r.Get(ctx, types.NamespacedName{Namespace: t.Namespace, Name: name}, sec)
+	switch {
+	case apierrors.IsNotFound(err):
+		sec = &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: t.Namespace, Labels: tenantLabels(t)},
+			Type:       corev1.SecretTypeOpaque,
+			Data:       map[string][]byte{SigningKeyKey: []byte(randomHex(32))},
+		}
+		if err := controllerutil.SetControllerReference(t, sec, r.Scheme()); err != nil {
+			return fmt.Errorf("signing key owner: %w", err)
+		}
+		if err := r.Create(ctx, sec); err != nil {
+			return fmt.Errorf("create signing key secret: %w", err)
+		}
+		r.Recorder.Eventf(t, sec, corev1.EventTypeNormal, "SigningKeyGenerated", "Create", "generated the workspace signing key in Secret %s", name)
+	case err != nil:
+		return fmt.Errorf("get signing key secret: %w", err)
+	case !controlledBy(sec, t):
+		return s.nameConflict("Secret", name)
+	case len(strings.TrimSpace(string(sec.Data[SigningKeyKey]))) < 32:
+		if sec.Data == nil {
+			sec.Data = map[string][]byte{}
+		}
+		sec.Data[SigningKeyKey] = []byte(randomHex(32))
+		if err := r.Update(ctx, sec); err != nil {
+			return fmt.Errorf("update signing key secret: %w", err)
+		}
+		r.Recorder.Eventf(t, sec, corev1.EventTypeWarning, "SigningKeyGenerated", "Update", "Secret %s held no usable signing key: generated a new one, earlier tokens are invalid", name)
+	}
+	s.signingKey = []byte(strings.TrimSpace(string(sec.Data[SigningKeyKey])))
+	return nil
+}
+
+// compile gathers the Tenant's Connections, their Grants and Secrets, and
+// its OwnershipPolicies, and compiles the workspace configuration. A
+// configuration that does not compile is recorded, not returned: the
+// workloads are still kept, serving the last valid configuration.
+func (r *TenantReconciler) compile(ctx context.Context, s *tenantScope) error {
+	t := s.tenant
+	in := workspace.Input{
+		Tenant:         t,
+		Secrets:        map[string]*corev1.Secret{},
+		SigningKey:     s.signingKey,
+		SigningKeyFile: SigningKeyDir + "/" + SigningKeyKey,
+	}
+	conns, err := connectionsOfTenant(ctx, r.Client, t.Namespace, t.Name)
+	if err != nil {
+		return fmt.Errorf("list connections: %w", err)
+	}
+	in.Connections = conns
+	for i := range conns {
+		c := &conns[i]
+		gs, err := grantsOfConnection(ctx, r.Client, t.Namespace, c.Name)
+		if err != nil {
+			return fmt.Errorf("list grants: %w", err)
+		}
+		in.Grants = append(in.Grants, gs...)
+		for _, name := range connectionSecretNames(c) {
+			sec := &corev1.Secret{}
+			err := r.Get(ctx, types.NamespacedName{Namespace: t.Namespace, Name: name}, sec)
+			switch {
+			case apierrors.IsNotFound(err):
+			case err != nil:
+				return fmt.Errorf("get secret %s: %w", name, err)
+			default:
+				in.Secrets[name] = sec
+			}
+		}
+	}
+	if in.OwnershipPolicies, err = policiesOfTenant(ctx, r.Client, t.Namespace, t.Name); err != nil {
+		return fmt.Errorf("list ownership policies: %w", err)
+	}
+	w, err := workspace.Compile(in)
+	if err != nil {
+		s.compileErr = err
+		return nil
+	}
+	b, err := MarshalWorkspace(w)
+	if err != nil {
+		return fmt.Errorf("marshal workspace configuration: %w", err)
+	}
+	s.configYAML, s.configHash, s.connections = b, ConfigHash(b), len(w.Connections)
+	return nil
+}
+
+// MarshalWorkspace writes a workspace configuration as the YAML document
+// the bus reads.
+func MarshalWorkspace(w *config.Workspace) ([]byte, error) {
+	b, err := yaml.Marshal(w)
+	if err != nil {
+		return nil, err
+	}
+	return append([]byte("# Generated by the storybus operator from the Tenant and the objects that refer to it. Edits are overwritten.\n"), b...), nil
+}
+
+// ConfigHash is the hash of a configuration document as the operator
+// annotates it: "sha256:" and the hex digest.
+func ConfigHash(b []byte) string {
+	sum := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// apply server-side applies obj as the operator's field manager, taking
+// over fields someone else changed: that is how drift is repaired.
+func (r *TenantReconciler) apply(ctx context.Context, obj runtime.ApplyConfiguration, what string) error {
+	if err := r.Apply(ctx, obj, client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
+		return fmt.Errorf("apply %s: %w", what, err)
+	}
+	return nil
+}
+
+func (r *TenantReconciler) reconcileConfigMap(ctx context.Context, s *tenantScope) error {
+	t := s.tenant
+	if err := r.checkOwnership(ctx, s, "ConfigMap", configMapName(t), &corev1.ConfigMap{}); err != nil {
+		return err
+	}
+	if s.configYAML == nil {
+		return nil // keep the last valid configuration
+	}
+	return r.apply(ctx, desiredConfigMap(t, s.configYAML, s.configHash), "configmap")
+}
+
+func (r *TenantReconciler) reconcileServices(ctx context.Context, s *tenantScope) error {
+	t := s.tenant
+	for _, name := range []string{busName(t), opsServiceName(t)} {
+		if err := r.checkOwnership(ctx, s, "Service", name, &corev1.Service{}); err != nil {
+			return err
+		}
+	}
+	if err := r.apply(ctx, desiredHTTPService(t), "http service"); err != nil {
+		return err
+	}
+	return r.apply(ctx, desiredOpsService(t), "ops service")
+}
+
+func (r *TenantReconciler) reconcileStatefulSet(ctx context.Context, s *tenantScope) error {
+	t := s.tenant
+	sts := &appsv1.StatefulSet{}
+	if err := r.checkOwnership(ctx, s, "StatefulSet", busName(t), sts); err != nil {
+		return err
+	}
+	if err := r.apply(ctx, desiredStatefulSet(t, r.BusImage), "statefulset"); err != nil {
+		return err
+	}
+	// The status comes from the cache: the StatefulSet controller writes it,
+	// and its watch brings every change back here.
+	if sts.Name != "" {
+		s.sts = sts
+	} else {
+		s.sts = &appsv1.StatefulSet{}
+	}
+	return nil
+}
+
+func (r *TenantReconciler) reconcilePDB(ctx context.Context, s *tenantScope) error {
+	t := s.tenant
+	if err := r.checkOwnership(ctx, s, "PodDisruptionBudget", busName(t), &policyv1.PodDisruptionBudget{}); err != nil {
+		return err
+	}
+	return r.apply(ctx, desiredPDB(t), "poddisruptionbudget")
+}
+
+// annotatePods marks every bus pod with the hash of the configuration
+// handed to it. The pods are not restarted: the bus reloads the file.
+func (r *TenantReconciler) annotatePods(ctx context.Context, s *tenantScope) error {
+	if s.configHash == "" {
+		return nil
+	}
+	t := s.tenant
+	var pods corev1.PodList
+	if err := r.List(ctx, &pods, client.InNamespace(t.Namespace), client.MatchingLabels{LabelTenant: t.Name, LabelManagedBy: FieldManager}); err != nil {
+		return fmt.Errorf("list bus pods: %w", err)
+	}
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if p.Annotations[v1alpha1.AnnotationConfigHash] == s.configHash || !p.DeletionTimestamp.IsZero() {
+			continue
+		}
+		orig := p.DeepCopy()
+		if p.Annotations == nil {
+			p.Annotations = map[string]string{}
+		}
+		p.Annotations[v1alpha1.AnnotationConfigHash] = s.configHash
+		if err := r.Patch(ctx, p, client.MergeFrom(orig)); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("annotate pod %s: %w", p.Name, err)
+		}
+	}
+	return nil
+}
+
+// finalize applies the deletion policy, then lets the Tenant go. Its
+// workloads go with it through their owner references.
+func (r *TenantReconciler) finalize(ctx context.Context, t *v1alpha1.Tenant) error {
+	if !controllerutil.ContainsFinalizer(t, v1alpha1.Finalizer) {
+		return nil
+	}
+	var pvcs corev1.PersistentVolumeClaimList
+	if err := r.APIReader.List(ctx, &pvcs, client.InNamespace(t.Namespace), client.MatchingLabels(selectorLabels(t))); err != nil {
+		return fmt.Errorf("list volumes: %w", err)
+	}
+	prefix := dataVolume + "-" + busName(t) + "-"
+	var names []string
+	for _, p := range pvcs.Items {
+		if strings.HasPrefix(p.Name, prefix) {
+			names = append(names, p.Name)
+		}
+	}
+	if t.EffectiveDeletionPolicy() == v1alpha1.DeletionPolicyDelete {
+		for _, n := range names {
+			pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: t.Namespace, Name: n}}
+			if err := r.Delete(ctx, pvc); err != nil && !apierrors.IsNotFound(err) {
+				return fmt.Errorf("delete volume %s: %w", n, err)
+			}
+		}
+		r.Recorder.Eventf(t, nil, corev1.EventTypeNormal, "VolumesDeleted", "Delete", "deletionPolicy delete: deleted %d volume(s) %v", len(names), names)
+	} else if len(names) > 0 {
+		r.Recorder.Eventf(t, nil, corev1.EventTypeNormal, "VolumesRetained", "Delete", "deletionPolicy retain: kept %d volume(s) %v", len(names), names)
+	}
+	orig := t.DeepCopy()
+	controllerutil.RemoveFinalizer(t, v1alpha1.Finalizer)
+	if err := r.Patch(ctx, t, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("remove finalizer: %w", err)
+	}
+	return nil
+}
+
+// randomHex returns n random bytes, hex-encoded.
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails
+	return hex.EncodeToString(b)
+}
+
+// SetupWithManager registers the reconciler and its watches.
+func (r *TenantReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&v1alpha1.Tenant{}).
+		Owns(&appsv1.StatefulSet{}).
+		Owns(&corev1.Service{}).
+		Owns(&corev1.ConfigMap{}).
+		Owns(&corev1.Secret{}).
+		Owns(&policyv1.PodDisruptionBudget{}).
+		Watches(&v1alpha1.Connection{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+			return requestsFor(o.GetNamespace(), o.(*v1alpha1.Connection).Spec.TenantRef.Name)
+		})).
+		Watches(&v1alpha1.OwnershipPolicy{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+			return requestsFor(o.GetNamespace(), o.(*v1alpha1.OwnershipPolicy).Spec.TenantRef.Name)
+		})).
+		Watches(&v1alpha1.Grant{}, handler.EnqueueRequestsFromMapFunc(r.grantToTenant)).
+		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.secretToTenants)).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+			return requestsFor(o.GetNamespace(), o.GetLabels()[LabelTenant])
+		}), builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
+			return o.GetLabels()[LabelManagedBy] == FieldManager
+		}))).
+		Complete(r)
+}
+
+func (r *TenantReconciler) grantToTenant(ctx context.Context, o client.Object) []reconcile.Request {
+	g := o.(*v1alpha1.Grant)
+	c := &v1alpha1.Connection{}
+	if err := r.Get(ctx, types.NamespacedName{Namespace: g.Namespace, Name: g.Spec.ConnectionRef.Name}, c); err != nil {
+		return nil
+	}
+	return requestsFor(g.Namespace, c.Spec.TenantRef.Name)
+}
+
+func (r *TenantReconciler) secretToTenants(ctx context.Context, o client.Object) []reconcile.Request {
+	var l v1alpha1.ConnectionList
+	if err := r.List(ctx, &l, client.InNamespace(o.GetNamespace()), client.MatchingFields{indexSecretNames: o.GetName()}); err != nil {
+		return nil
+	}
+	var names []string
+	for _, c := range l.Items {
+		names = append(names, c.Spec.TenantRef.Name)
+	}
+	return requestsFor(o.GetNamespace(), names...)
+}

@@ -1,0 +1,283 @@
+package controllers
+
+import (
+	"fmt"
+	"strconv"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
+	policyv1ac "k8s.io/client-go/applyconfigurations/policy/v1"
+
+	"github.com/storybus/storybus/api/v1alpha1"
+)
+
+// Labels on everything the operator makes for a Tenant.
+const (
+	// LabelManagedBy is app.kubernetes.io/managed-by; its value is
+	// FieldManager.
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	// LabelTenant names the Tenant an object belongs to.
+	LabelTenant = "bus.storybus.io/tenant"
+)
+
+// Where the bus pods find things, and the ports they serve.
+const (
+	// ConfigDir is where the ConfigMap with the workspace configuration is
+	// mounted.
+	ConfigDir = "/etc/storybus/config"
+	// ConfigFile is the configuration's key in the ConfigMap and its file
+	// name in ConfigDir.
+	ConfigFile = "workspace.yaml"
+	// SigningKeyDir is where the signing key Secret is mounted.
+	SigningKeyDir = "/etc/storybus/signing"
+	// SigningKeyKey is the signing key's key in its Secret and its file name
+	// in SigningKeyDir.
+	SigningKeyKey = "signingKey"
+	// DataDir is where the embedded JetStream stores, on the pod's volume.
+	DataDir = "/var/lib/storybus"
+	// NATSCredsDir is where an external cluster's credentials file is
+	// mounted.
+	NATSCredsDir = "/etc/storybus/nats"
+	// HTTPPort serves the publish API.
+	HTTPPort = 8080
+	// OpsPort serves /healthz, /readyz and /metrics.
+	OpsPort = 8081
+
+	busContainer   = "bus"
+	dataVolume     = "data"
+	defaultStorage = "10Gi"
+	busUID         = 65532
+)
+
+// Names of the objects the operator makes for Tenant t. The bus pods are
+// <t>-bus-0, <t>-bus-1, …; with embedded storage their volumes are
+// data-<t>-bus-0, ….
+func busName(t *v1alpha1.Tenant) string        { return t.Name + "-bus" }
+func opsServiceName(t *v1alpha1.Tenant) string { return t.Name + "-bus-ops" }
+func configMapName(t *v1alpha1.Tenant) string  { return t.Name + "-bus-config" }
+func signingKeyName(t *v1alpha1.Tenant) string { return t.Name + "-bus-signing-key" }
+
+// selectorLabels select a Tenant's bus pods.
+func selectorLabels(t *v1alpha1.Tenant) map[string]string {
+	return map[string]string{
+		"app.kubernetes.io/name":      "storybus",
+		"app.kubernetes.io/component": "bus",
+		"app.kubernetes.io/instance":  t.Name,
+	}
+}
+
+// tenantLabels are on every object made for a Tenant, pods included.
+func tenantLabels(t *v1alpha1.Tenant) map[string]string {
+	l := selectorLabels(t)
+	l[LabelManagedBy] = FieldManager
+	l[LabelTenant] = t.Name
+	return l
+}
+
+// endpoint is the in-cluster base URL of the Tenant's publish API.
+func endpoint(t *v1alpha1.Tenant, clusterDomain string) string {
+	return fmt.Sprintf("http://%s.%s.svc.%s:%d", busName(t), t.Namespace, clusterDomain, HTTPPort)
+}
+
+func ownerRef(t *v1alpha1.Tenant) *metav1ac.OwnerReferenceApplyConfiguration {
+	return metav1ac.OwnerReference().
+		WithAPIVersion(v1alpha1.GroupVersion.String()).WithKind("Tenant").
+		WithName(t.Name).WithUID(t.UID).
+		WithController(true).WithBlockOwnerDeletion(true)
+}
+
+// desiredConfigMap holds the compiled workspace configuration.
+func desiredConfigMap(t *v1alpha1.Tenant, workspaceYAML []byte, hash string) *corev1ac.ConfigMapApplyConfiguration {
+	return corev1ac.ConfigMap(configMapName(t), t.Namespace).
+		WithLabels(tenantLabels(t)).
+		WithAnnotations(map[string]string{v1alpha1.AnnotationConfigHash: hash}).
+		WithOwnerReferences(ownerRef(t)).
+		WithData(map[string]string{ConfigFile: string(workspaceYAML)})
+}
+
+// desiredHTTPService serves the publish API (status.endpoint).
+func desiredHTTPService(t *v1alpha1.Tenant) *corev1ac.ServiceApplyConfiguration {
+	return corev1ac.Service(busName(t), t.Namespace).
+		WithLabels(tenantLabels(t)).
+		WithOwnerReferences(ownerRef(t)).
+		WithSpec(corev1ac.ServiceSpec().
+			WithType(corev1.ServiceTypeClusterIP).
+			WithSelector(selectorLabels(t)).
+			WithPorts(corev1ac.ServicePort().WithName("http").WithProtocol(corev1.ProtocolTCP).
+				WithPort(HTTPPort).WithTargetPort(intstr.FromString("http"))))
+}
+
+// desiredOpsService is headless: it governs the StatefulSet (stable pod DNS
+// names) and lets a scraper reach every pod's /metrics.
+func desiredOpsService(t *v1alpha1.Tenant) *corev1ac.ServiceApplyConfiguration {
+	return corev1ac.Service(opsServiceName(t), t.Namespace).
+		WithLabels(tenantLabels(t)).
+		WithOwnerReferences(ownerRef(t)).
+		WithSpec(corev1ac.ServiceSpec().
+			WithClusterIP(corev1.ClusterIPNone).
+			WithSelector(selectorLabels(t)).
+			WithPorts(corev1ac.ServicePort().WithName("ops").WithProtocol(corev1.ProtocolTCP).
+				WithPort(OpsPort).WithTargetPort(intstr.FromString("ops"))))
+}
+
+// desiredPDB lets one bus pod at a time be evicted.
+func desiredPDB(t *v1alpha1.Tenant) *policyv1ac.PodDisruptionBudgetApplyConfiguration {
+	return policyv1ac.PodDisruptionBudget(busName(t), t.Namespace).
+		WithLabels(tenantLabels(t)).
+		WithOwnerReferences(ownerRef(t)).
+		WithSpec(policyv1ac.PodDisruptionBudgetSpec().
+			WithMaxUnavailable(intstr.FromInt32(1)).
+			WithSelector(metav1ac.LabelSelector().WithMatchLabels(selectorLabels(t))))
+}
+
+// busArgs are the arguments of `storybus` in a bus pod.
+func busArgs(t *v1alpha1.Tenant) []string {
+	args := []string{
+		"serve",
+		"--config", ConfigDir + "/" + ConfigFile,
+		"--listen", ":" + strconv.Itoa(HTTPPort),
+		"--ops-listen", ":" + strconv.Itoa(OpsPort),
+		"--log-format", "json",
+	}
+	st := t.Spec.Storage
+	if st != nil && st.External != nil {
+		ext := st.External
+		replicas := ext.Replicas
+		if replicas == 0 {
+			replicas = 3
+		}
+		args = append(args, "--nats-url", ext.URL, "--replicas", strconv.Itoa(int(replicas)))
+		if ref := ext.CredentialsSecretRef; ref != nil {
+			args = append(args, "--nats-credentials", NATSCredsDir+"/"+natsCredsKey(ref))
+		}
+		return args
+	}
+	sync := v1alpha1.SyncAlways
+	if st != nil && st.Embedded != nil && st.Embedded.Sync != "" {
+		sync = st.Embedded.Sync
+	}
+	return append(args, "--data-dir", DataDir, "--sync", sync)
+}
+
+func natsCredsKey(ref *v1alpha1.SecretKeyReference) string {
+	if ref.Key != "" {
+		return ref.Key
+	}
+	return "nats.creds"
+}
+
+// desiredStatefulSet runs the bus pods. Nothing in the pod template depends
+// on the workspace configuration, so a configuration change never restarts
+// a pod: the bus reloads the mounted file.
+func desiredStatefulSet(t *v1alpha1.Tenant, image string) *appsv1ac.StatefulSetApplyConfiguration {
+	if t.Spec.Image != "" {
+		image = t.Spec.Image
+	}
+	mounts := []*corev1ac.VolumeMountApplyConfiguration{
+		corev1ac.VolumeMount().WithName("config").WithMountPath(ConfigDir).WithReadOnly(true),
+		corev1ac.VolumeMount().WithName("signing-key").WithMountPath(SigningKeyDir).WithReadOnly(true),
+		corev1ac.VolumeMount().WithName("tmp").WithMountPath("/tmp"),
+	}
+	volumes := []*corev1ac.VolumeApplyConfiguration{
+		corev1ac.Volume().WithName("config").WithConfigMap(corev1ac.ConfigMapVolumeSource().WithName(configMapName(t))),
+		corev1ac.Volume().WithName("signing-key").WithSecret(corev1ac.SecretVolumeSource().WithSecretName(signingKeyName(t))),
+		corev1ac.Volume().WithName("tmp").WithEmptyDir(corev1ac.EmptyDirVolumeSource()),
+	}
+	spec := appsv1ac.StatefulSetSpec().
+		WithReplicas(t.EffectiveReplicas()).
+		WithServiceName(opsServiceName(t)).
+		WithPodManagementPolicy(appsv1.ParallelPodManagement).
+		WithSelector(metav1ac.LabelSelector().WithMatchLabels(selectorLabels(t)))
+
+	st := t.Spec.Storage
+	if st == nil || st.External == nil {
+		size := resource.MustParse(defaultStorage)
+		var class *string
+		if st != nil && st.Embedded != nil {
+			if st.Embedded.Size != nil {
+				size = *st.Embedded.Size
+			}
+			class = st.Embedded.StorageClassName
+		}
+		pvc := corev1ac.PersistentVolumeClaimSpec().
+			WithAccessModes(corev1.ReadWriteOnce).
+			WithResources(corev1ac.VolumeResourceRequirements().WithRequests(corev1.ResourceList{corev1.ResourceStorage: size}))
+		if class != nil {
+			pvc = pvc.WithStorageClassName(*class)
+		}
+		whenDeleted := appsv1.RetainPersistentVolumeClaimRetentionPolicyType
+		if t.EffectiveDeletionPolicy() == v1alpha1.DeletionPolicyDelete {
+			whenDeleted = appsv1.DeletePersistentVolumeClaimRetentionPolicyType
+		}
+		spec = spec.
+			WithVolumeClaimTemplates(corev1ac.PersistentVolumeClaim(dataVolume, "").
+				WithLabels(selectorLabels(t)).
+				WithSpec(pvc)).
+			WithPersistentVolumeClaimRetentionPolicy(appsv1ac.StatefulSetPersistentVolumeClaimRetentionPolicy().
+				WithWhenDeleted(whenDeleted).
+				WithWhenScaled(appsv1.RetainPersistentVolumeClaimRetentionPolicyType))
+		mounts = append(mounts, corev1ac.VolumeMount().WithName(dataVolume).WithMountPath(DataDir))
+	} else if ref := st.External.CredentialsSecretRef; ref != nil {
+		mounts = append(mounts, corev1ac.VolumeMount().WithName("nats-credentials").WithMountPath(NATSCredsDir).WithReadOnly(true))
+		volumes = append(volumes, corev1ac.Volume().WithName("nats-credentials").
+			WithSecret(corev1ac.SecretVolumeSource().WithSecretName(ref.Name).
+				WithItems(corev1ac.KeyToPath().WithKey(natsCredsKey(ref)).WithPath(natsCredsKey(ref)))))
+	}
+
+	probe := func(path string, period, failures int32) *corev1ac.ProbeApplyConfiguration {
+		return corev1ac.Probe().
+			WithHTTPGet(corev1ac.HTTPGetAction().WithPath(path).WithPort(intstr.FromString("ops"))).
+			WithPeriodSeconds(period).WithFailureThreshold(failures)
+	}
+	container := corev1ac.Container().
+		WithName(busContainer).
+		WithImage(image).
+		WithCommand("storybus").
+		WithArgs(busArgs(t)...).
+		WithPorts(
+			corev1ac.ContainerPort().WithName("http").WithContainerPort(HTTPPort).WithProtocol(corev1.ProtocolTCP),
+			corev1ac.ContainerPort().WithName("ops").WithContainerPort(OpsPort).WithProtocol(corev1.ProtocolTCP),
+		).
+		WithReadinessProbe(probe("/readyz", 5, 3)).
+		WithLivenessProbe(probe("/healthz", 10, 6)).
+		WithStartupProbe(probe("/healthz", 2, 60)).
+		WithVolumeMounts(mounts...).
+		WithSecurityContext(corev1ac.SecurityContext().
+			WithAllowPrivilegeEscalation(false).
+			WithReadOnlyRootFilesystem(true).
+			WithRunAsNonRoot(true).
+			WithCapabilities(corev1ac.Capabilities().WithDrop("ALL")))
+	if res := t.Spec.Resources; len(res.Limits) > 0 || len(res.Requests) > 0 {
+		rr := corev1ac.ResourceRequirements()
+		if len(res.Limits) > 0 {
+			rr = rr.WithLimits(res.Limits)
+		}
+		if len(res.Requests) > 0 {
+			rr = rr.WithRequests(res.Requests)
+		}
+		container = container.WithResources(rr)
+	}
+
+	pod := corev1ac.PodTemplateSpec().
+		WithLabels(tenantLabels(t)).
+		WithSpec(corev1ac.PodSpec().
+			WithAutomountServiceAccountToken(false).
+			WithEnableServiceLinks(false).
+			WithTerminationGracePeriodSeconds(30).
+			WithSecurityContext(corev1ac.PodSecurityContext().
+				WithRunAsNonRoot(true).
+				WithRunAsUser(busUID).WithRunAsGroup(busUID).WithFSGroup(busUID).
+				WithSeccompProfile(corev1ac.SeccompProfile().WithType(corev1.SeccompProfileTypeRuntimeDefault))).
+			WithContainers(container).
+			WithVolumes(volumes...))
+
+	return appsv1ac.StatefulSet(busName(t), t.Namespace).
+		WithLabels(tenantLabels(t)).
+		WithOwnerReferences(ownerRef(t)).
+		WithSpec(spec.WithTemplate(pod))
+}
