@@ -46,6 +46,9 @@ const (
 	ConsumerAckWait = 30 * time.Second
 )
 
+// minConsumeWait is the shortest wait of a pull that waits at all.
+const minConsumeWait = 100 * time.Millisecond
+
 // ConsumerMetadataConnection is the durable consumer's metadata key naming
 // the connection that owns it.
 const ConsumerMetadataConnection = "storybus-connection"
@@ -108,6 +111,10 @@ func (s *Server) consumerStart(c *gin.Context, withBody bool) (*consumeRequest, 
 	stages := []func(*request) []rules.Violation{s.authenticate, s.gate}
 	if withBody {
 		stages = append([]func(*request) []rules.Violation{s.readBody}, stages...)
+	} else if c.GetHeader("Content-Type") == "" {
+		// A pull has no body: the firewall's content types, which are
+		// about bodies, judge it as the JSON it answers with.
+		c.Request.Header.Set("Content-Type", "application/json")
 	}
 	for _, st := range stages {
 		if vs := st(&r.request); len(vs) > 0 {
@@ -320,16 +327,18 @@ func sameFilters(cfg jetstream.ConsumerConfig, want []string) bool {
 	return slices.Equal(have, want)
 }
 
-// pull returns up to max of the consumer's next messages. It returns as
+// pull returns up to limit of the consumer's next messages. It returns as
 // soon as one message is there, with whatever else is there at that
 // moment, or empty-handed after wait.
-func pull(ctx context.Context, cons jetstream.Consumer, max int, wait time.Duration) ([]jetstream.Msg, error) {
+func pull(ctx context.Context, cons jetstream.Consumer, limit int, wait time.Duration) ([]jetstream.Msg, error) {
 	var first jetstream.MessageBatch
 	var err error
 	if wait <= 0 {
-		first, err = cons.FetchNoWait(max)
+		first, err = cons.FetchNoWait(limit)
 	} else {
-		wctx, cancel := context.WithTimeout(ctx, wait)
+		// A wait shorter than the store's round trip would expire before
+		// the pull is sent.
+		wctx, cancel := context.WithTimeout(ctx, max(wait, minConsumeWait))
 		defer cancel()
 		first, err = cons.Fetch(1, jetstream.FetchContext(wctx))
 	}
@@ -337,10 +346,10 @@ func pull(ctx context.Context, cons jetstream.Consumer, max int, wait time.Durat
 		return nil, err
 	}
 	msgs, err := drain(first)
-	if err != nil || len(msgs) == 0 || len(msgs) >= max || wait <= 0 {
+	if err != nil || len(msgs) == 0 || len(msgs) >= limit || wait <= 0 {
 		return msgs, ignoreEnd(err)
 	}
-	rest, err := cons.FetchNoWait(max - len(msgs))
+	rest, err := cons.FetchNoWait(limit - len(msgs))
 	if err != nil {
 		return msgs, err
 	}

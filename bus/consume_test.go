@@ -337,6 +337,28 @@ func TestConsumeAuthentication(t *testing.T) {
 	expect(t, a, http.StatusForbidden, rules.ConnectionInactive)
 }
 
+func TestConsumePassesTheFirewall(t *testing.T) {
+	h := newConsumeHarness(t)
+	all := h.token(t, "newsroom", "all", allSecret)
+	cfg := consumerConfig("newsroom")
+	cfg.Firewall.ContentTypes = []string{"application/json"}
+	if err := h.srv.Apply(context.Background(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	// A pull has no body, and no Content-Type to check.
+	if _, a := h.pull(t, "newsroom", "web", all, ""); a.Status != http.StatusOK {
+		t.Fatalf("pull under a content-type rule: %d %s", a.Status, a.Raw)
+	}
+	cfg.Firewall.AllowedCIDRs = []string{"192.0.2.0/24"}
+	if err := h.srv.Apply(context.Background(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	_, a := h.pull(t, "newsroom", "web", all, "")
+	expect(t, a, http.StatusForbidden, rules.RequestBlocked)
+	_, a = h.ackIDs(t, "newsroom", "web", all, "eA")
+	expect(t, a, http.StatusForbidden, rules.RequestBlocked)
+}
+
 func TestAckIDsAreVerifiedToBelongToTheConsumer(t *testing.T) {
 	defer bus.SetConsumerAckWait(time.Second)()
 	h := newConsumeHarness(t)

@@ -1,0 +1,128 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/storybus/storybus/client"
+)
+
+// ConsumeOptions are the flags of `storybus consume`.
+type ConsumeOptions struct {
+	ConnectionOptions
+	Families []string
+	Max      int
+	Wait     time.Duration
+	Count    int
+	Once     bool
+}
+
+// ConsumeLine is the line of JSON printed for every message: the delivery,
+// with the SOM message on one line.
+type ConsumeLine struct {
+	MessageID   string          `json:"message_id"`
+	MessageType string          `json:"message_type"`
+	Family      string          `json:"family"`
+	Delivery    int             `json:"delivery"`
+	Message     json.RawMessage `json:"message"`
+}
+
+func newConsumeCommand() *cobra.Command {
+	o := &ConsumeOptions{}
+	cmd := &cobra.Command{
+		Use:   "consume NAME",
+		Short: "Receive a workspace's messages as a named, durable consumer",
+		Long: "consume pulls the workspace's messages over the bus's HTTP pull API as the consumer NAME, a durable\n" +
+			"subscription that carries on where it left off, and prints one line of JSON per message on stdout:\n" +
+			"message_id, message_type, family, delivery and the message. A message is acknowledged once its\n" +
+			"line is written; a message delivered again is printed once. It runs until interrupted, after\n" +
+			"--count messages, or after one pull with --once. Failed pulls (no answer, 429, 5xx) are retried\n" +
+			"with backoff, except with --once.\n\n" +
+			"Exit codes: 0 success or interrupted; 1 error; 2 usage; 3 refused (400, 409: a bad request, or a\n" +
+			"consumer name of another connection); 4 not allowed (401 after a fresh token, 403: a family\n" +
+			"outside the grant); 5 --once, and the pull got no answer or 429/5xx.",
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return usageError{errors.New("consume needs one consumer NAME")}
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := o.validate(); err != nil {
+				return err
+			}
+			if o.Max < 1 || o.Max > 100 || o.Wait < 0 || o.Wait > 20*time.Second || o.Count < 0 {
+				return usageError{errors.New("--max is 1 to 100, --wait 0s to 20s, --count 0 or more")}
+			}
+			c, err := client.NewConsumer(client.ConsumerOptions{
+				URL: o.URL, Workspace: o.Workspace, Name: args[0], Families: o.Families,
+				Tokens: o.tokens(), Max: o.Max, Wait: o.Wait, NoWait: o.Wait == 0,
+				OnError: func(err error) { fmt.Fprintln(cmd.ErrOrStderr(), "storybus: retrying:", err) },
+			})
+			if err != nil {
+				return usageError{err}
+			}
+			enc := json.NewEncoder(cmd.OutOrStdout())
+			enc.SetEscapeHTML(false)
+			print := func(d client.Delivery) error {
+				return enc.Encode(ConsumeLine{d.MessageID, d.MessageType, d.Family, d.Delivery, compact(d.Message)})
+			}
+			if o.Once {
+				return classify(consumeOnce(cmd.Context(), c, print))
+			}
+			ctx, cancel := context.WithCancel(cmd.Context())
+			defer cancel()
+			printed := 0
+			var writeErr error
+			err = c.Run(ctx, func(_ context.Context, d client.Delivery) error {
+				if writeErr = print(d); writeErr != nil {
+					cancel()
+					return writeErr
+				}
+				printed++
+				if o.Count > 0 && printed >= o.Count {
+					cancel()
+				}
+				return nil
+			})
+			if writeErr != nil {
+				return writeErr
+			}
+			return classify(err)
+		},
+	}
+	o.bind(cmd)
+	f := cmd.Flags()
+	f.StringSliceVar(&o.Families, "family", nil, "a family to receive (repeatable; default every family the connection may consume)")
+	f.IntVar(&o.Max, "max", 10, "most messages per pull, 1 to 100")
+	f.DurationVar(&o.Wait, "wait", 20*time.Second, "how long a pull waits for a first message, 0s to 20s")
+	f.IntVar(&o.Count, "count", 0, "stop after this many messages (0: run until interrupted)")
+	f.BoolVar(&o.Once, "once", false, "pull once, print and acknowledge what came, and stop")
+	return cmd
+}
+
+// consumeOnce pulls once, prints every message and acknowledges them.
+func consumeOnce(ctx context.Context, c *client.Consumer, print func(client.Delivery) error) error {
+	ds, err := c.Fetch(ctx)
+	if err != nil {
+		return err
+	}
+	var done []client.Delivery
+	for _, d := range ds {
+		if c.Dedup().Seen(d.MessageID) {
+			done = append(done, d)
+			continue
+		}
+		if err := print(d); err != nil {
+			return err
+		}
+		c.Dedup().Done(d.MessageID)
+		done = append(done, d)
+	}
+	return c.Ack(ctx, done...)
+}

@@ -1,0 +1,117 @@
+package cli
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/storybus/storybus/client"
+)
+
+// Environment variables the producer and consumer commands read when the
+// flag is not given. The secret is better passed this way than as a flag,
+// which other users of the machine can see.
+const (
+	EnvURL          = "STORYBUS_URL"
+	EnvWorkspace    = "STORYBUS_WORKSPACE"
+	EnvClientID     = "STORYBUS_CLIENT_ID"
+	EnvClientSecret = "STORYBUS_CLIENT_SECRET"
+	EnvOutbox       = "STORYBUS_OUTBOX"
+)
+
+// ConnectionOptions say which bus, workspace and connection a producer or
+// consumer command talks as.
+type ConnectionOptions struct {
+	URL          string
+	Workspace    string
+	ClientID     string
+	ClientSecret string
+}
+
+func (o *ConnectionOptions) bind(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringVar(&o.URL, "url", envOr(EnvURL, "http://127.0.0.1:8080"), "base URL of the bus (env "+EnvURL+")")
+	f.StringVar(&o.Workspace, "workspace", os.Getenv(EnvWorkspace), "workspace id (env "+EnvWorkspace+")")
+	f.StringVar(&o.ClientID, "client-id", os.Getenv(EnvClientID), "the connection's client id (env "+EnvClientID+")")
+	f.StringVar(&o.ClientSecret, "client-secret", "", "the connection's client secret (default env "+EnvClientSecret+", which is safer)")
+}
+
+func (o *ConnectionOptions) validate() error {
+	if o.ClientSecret == "" {
+		o.ClientSecret = os.Getenv(EnvClientSecret)
+	}
+	var missing []string
+	for _, f := range []struct{ name, value string }{
+		{"--url", o.URL}, {"--workspace", o.Workspace}, {"--client-id", o.ClientID}, {"--client-secret or " + EnvClientSecret, o.ClientSecret},
+	} {
+		if f.value == "" {
+			missing = append(missing, f.name)
+		}
+	}
+	if len(missing) > 0 {
+		return usageError{fmt.Errorf("missing %s", strings.Join(missing, ", "))}
+	}
+	return nil
+}
+
+func (o *ConnectionOptions) tokens() *client.ClientCredentials {
+	return &client.ClientCredentials{URL: o.URL, Workspace: o.Workspace, ClientID: o.ClientID, ClientSecret: o.ClientSecret}
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func newTokenCommand() *cobra.Command {
+	o := &ConnectionOptions{}
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "token",
+		Short: "Get a bearer token for a connection and print it",
+		Long: "token asks the workspace's token endpoint for a bearer token with the connection's client id and\n" +
+			"secret, and prints it on one line (TOKEN=$(storybus token …)), or the whole answer with --json.\n\n" +
+			exitCodesHelp,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.validate(); err != nil {
+				return err
+			}
+			tr, err := o.tokens().Fetch(cmd.Context())
+			if err != nil {
+				return classify(err)
+			}
+			if asJSON {
+				b, err := json.Marshal(tr)
+				if err != nil {
+					return err
+				}
+				_, err = fmt.Fprintln(cmd.OutOrStdout(), string(b))
+				return err
+			}
+			_, err = fmt.Fprintln(cmd.OutOrStdout(), tr.AccessToken)
+			return err
+		},
+	}
+	o.bind(cmd)
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the token endpoint's whole answer as JSON")
+	return cmd
+}
+
+// classify gives a client error its exit code.
+func classify(err error) error {
+	if err == nil {
+		return nil
+	}
+	var ex exitError
+	if errors.As(err, &ex) {
+		return err
+	}
+	return exitError{code: exitCode(err), err: err}
+}
