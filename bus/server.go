@@ -72,9 +72,6 @@ type workspace struct {
 	cfg    atomic.Pointer[config.Workspace]
 	policy *policy.Engine
 	core   *publish.Core
-	// lastErr is the last configuration that failed to load, reported on
-	// /readyz while the previous one stays in force.
-	lastErr atomic.Pointer[error]
 }
 
 func init() { gin.SetMode(gin.ReleaseMode) }
@@ -103,7 +100,6 @@ func New(o Options) *Server {
 // replacing its configuration in place without interrupting requests.
 func (s *Server) Apply(ctx context.Context, cfg *config.Workspace) error {
 	if err := cfg.Validate(); err != nil {
-		s.metrics.policyErr.WithLabelValues(cfg.ID).Inc()
 		return fmt.Errorf("workspace %q: %w", cfg.ID, err)
 	}
 	s.mu.Lock()
@@ -111,20 +107,16 @@ func (s *Server) Apply(ctx context.Context, cfg *config.Workspace) error {
 	current := *s.workspaces.Load()
 	if ws, ok := current[cfg.ID]; ok {
 		if err := ws.policy.Update(ctx, cfg); err != nil {
-			s.metrics.policyErr.WithLabelValues(cfg.ID).Inc()
-			ws.lastErr.Store(&err)
 			return fmt.Errorf("workspace %q: %w", cfg.ID, err)
 		}
 		if _, err := s.opts.Store.OpenWorkspace(ctx, cfg.ID, cfg.IdempotencyWindow.Duration, s.opts.TopicRetention); err != nil {
 			return err
 		}
 		ws.cfg.Store(cfg)
-		ws.lastErr.Store(nil)
 		return nil
 	}
 	engine, err := policy.New(ctx, cfg)
 	if err != nil {
-		s.metrics.policyErr.WithLabelValues(cfg.ID).Inc()
 		return fmt.Errorf("workspace %q: %w", cfg.ID, err)
 	}
 	sw, err := s.opts.Store.OpenWorkspace(ctx, cfg.ID, cfg.IdempotencyWindow.Duration, s.opts.TopicRetention)
@@ -232,7 +224,7 @@ func (s *Server) OpsHandler() http.Handler {
 		// Still ready: a rejected configuration leaves the previous one
 		// serving, and is reported here.
 		for id, err := range s.ConfigErrors() {
-			_, _ = fmt.Fprintf(w, "workspace %s: configuration rejected, previous one in force: %v\n", id, err)
+			_, _ = fmt.Fprintf(w, "%s: configuration rejected, previous one in force: %v\n", id, err)
 		}
 	})
 	mux.Handle("/metrics", promhttp.HandlerFor(s.metrics.Registry, promhttp.HandlerOpts{Registry: s.metrics.Registry}))
@@ -269,19 +261,14 @@ func (s *Server) ConfigLoaded(source string, err error) {
 	s.rejected[source] = err
 }
 
-// ConfigErrors returns, by workspace, the last configuration that failed to
-// load; the workspace keeps serving the previous one.
+// ConfigErrors returns, by configuration source, the last content that
+// failed to load; the previous configuration keeps serving.
 func (s *Server) ConfigErrors() map[string]error {
 	out := map[string]error{}
 	s.rejectedMu.Lock()
+	defer s.rejectedMu.Unlock()
 	for src, err := range s.rejected {
 		out[src] = err
-	}
-	s.rejectedMu.Unlock()
-	for id, ws := range *s.workspaces.Load() {
-		if err := ws.lastErr.Load(); err != nil {
-			out[id] = *err
-		}
 	}
 	return out
 }

@@ -45,7 +45,13 @@ func newDevCommand() *cobra.Command {
 			}
 			out := cmd.OutOrStdout()
 			return Serve(cmd.Context(), *o, []*config.Workspace{cfg}, newLogger(cmd.ErrOrStderr(), o.LogFormat),
-				func(api, ops net.Addr) { printDevBanner(out, api, ops) })
+				func(api, ops net.Addr) {
+					if configFile != "" {
+						fmt.Fprintf(out, "storybus dev: workspace %q from %s on http://%s (operations on http://%s), reloaded on change\n", cfg.ID, configFile, api, ops)
+						return
+					}
+					printDevBanner(out, api, ops)
+				})
 		},
 	}
 	o.bind(cmd)
