@@ -305,9 +305,30 @@ func TestConnectionDanglingTenant(t *testing.T) {
 			}
 			return nil
 		})
-		if cc, _ := connectionIn(w, "orphan"); cc.IAM.SecretAccessKey != "" || cc.IAM.RoleARN != "arn:aws:iam::123456789012:role/cms" {
-			t.Errorf("iam %+v: the secret access key must stay in its Secret", cc.IAM)
+		cc, _ := connectionIn(w, "orphan")
+		keyFile := ConfigDir + "/iam.orphan.secretAccessKey"
+		if cc.IAM.SecretAccessKey != "" || cc.IAM.SecretAccessKeyFile != keyFile || cc.IAM.RoleARN != "arn:aws:iam::123456789012:role/cms" {
+			t.Errorf("iam %+v: the secret access key must stay in a Secret, read from %s", cc.IAM, keyFile)
 		}
+		// The key is copied into the Tenant's Secret, mounted with the
+		// configuration, and follows a change of its own Secret.
+		tenantKey := func(want string) func() error {
+			return func() error {
+				sec := &corev1.Secret{}
+				if err := get(ns, "nowhere-bus-signing-key", sec); err != nil {
+					return err
+				}
+				if got := string(sec.Data["iam.orphan.secretAccessKey"]); got != want {
+					return fmt.Errorf("tenant secret holds %q, want %q", got, want)
+				}
+				return nil
+			}
+		}
+		eventually(t, "the key in the Tenant's Secret", tenantKey("wJalrXUtnFEMI"))
+		update(t, ns, "aws", &corev1.Secret{}, func(s *corev1.Secret) {
+			s.Data[v1alpha1.IAMSecretAccessKeyKey] = []byte("rotated")
+		})
+		eventually(t, "the rotated key in the Tenant's Secret", tenantKey("rotated"))
 	})
 
 	t.Run("the Tenant deleted", func(t *testing.T) {

@@ -1,12 +1,14 @@
 package controllers
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -43,8 +45,13 @@ type TenantReconciler struct {
 
 // tenantScope is what the phases of one reconcile share.
 type tenantScope struct {
-	tenant     *v1alpha1.Tenant
+	tenant *v1alpha1.Tenant
+	// secret is the Tenant's Secret as read; signingKey is its key.
+	secret     *corev1.Secret
 	signingKey []byte
+	// secretFiles are the files the configuration names besides the
+	// signing key, by key in the Tenant's Secret.
+	secretFiles map[string][]byte
 	// configYAML and configHash are set when the configuration compiled.
 	configYAML  []byte
 	configHash  string
@@ -98,6 +105,7 @@ func (r *TenantReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ c
 	phases := []func(context.Context, *tenantScope) error{
 		r.reconcileSigningKey,
 		r.compile,
+		r.reconcileSecretFiles,
 		r.reconcileConfigMap,
 		r.reconcileServices,
 		r.reconcileStatefulSet,
@@ -171,7 +179,28 @@ func (r *TenantReconciler) reconcileSigningKey(ctx context.Context, s *tenantSco
 		}
 		r.Recorder.Eventf(t, sec, corev1.EventTypeWarning, "SigningKeyGenerated", "Update", "Secret %s held no usable signing key: generated a new one, earlier tokens are invalid", name)
 	}
+	s.secret = sec
 	s.signingKey = []byte(strings.TrimSpace(string(sec.Data[SigningKeyKey])))
+	return nil
+}
+
+// reconcileSecretFiles keeps the Tenant's Secret holding exactly the signing
+// key and the files the compiled configuration names. It runs before the
+// ConfigMap is written, so a configuration never names a file its Secret
+// lacks; a configuration that did not compile leaves the Secret as it is.
+func (r *TenantReconciler) reconcileSecretFiles(ctx context.Context, s *tenantScope) error {
+	if s.configYAML == nil {
+		return nil
+	}
+	want := map[string][]byte{SigningKeyKey: s.secret.Data[SigningKeyKey]}
+	maps.Copy(want, s.secretFiles)
+	if maps.EqualFunc(want, s.secret.Data, bytes.Equal) {
+		return nil
+	}
+	s.secret.Data = want
+	if err := r.Update(ctx, s.secret); err != nil {
+		return fmt.Errorf("update secret %s: %w", s.secret.Name, err)
+	}
 	return nil
 }
 
@@ -185,7 +214,8 @@ func (r *TenantReconciler) compile(ctx context.Context, s *tenantScope) error {
 		Tenant:         t,
 		Secrets:        map[string]*corev1.Secret{},
 		SigningKey:     s.signingKey,
-		SigningKeyFile: SigningKeyDir + "/" + SigningKeyKey,
+		SigningKeyFile: ConfigDir + "/" + SigningKeyKey,
+		SecretsDir:     ConfigDir,
 	}
 	conns, err := connectionsOfTenant(ctx, r.Client, t.Namespace, t.Name)
 	if err != nil {
@@ -224,6 +254,7 @@ func (r *TenantReconciler) compile(ctx context.Context, s *tenantScope) error {
 		return fmt.Errorf("marshal workspace configuration: %w", err)
 	}
 	s.configYAML, s.configHash, s.connections = b, ConfigHash(b), len(w.Connections)
+	s.secretFiles = workspace.SecretFiles(in)
 	return nil
 }
 

@@ -60,7 +60,7 @@ func TestTenantCreate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if w.ID != "newsroom" || w.SigningKeyFile != "/etc/storybus/signing/signingKey" || w.SigningKey != "" {
+	if w.ID != "newsroom" || w.SigningKeyFile != "/etc/storybus/config/signingKey" || w.SigningKey != "" {
 		t.Errorf("workspace %+v", w)
 	}
 	if h := cm.Annotations[v1alpha1.AnnotationConfigHash]; h == "" || h != tn.Status.ConfigHash || h != ConfigHash([]byte(cm.Data[ConfigFile])) {

@@ -27,16 +27,18 @@ const (
 
 // Where the bus pods find things, and the ports they serve.
 const (
-	// ConfigDir is where the ConfigMap with the workspace configuration is
-	// mounted.
+	// ConfigDir is where the ConfigMap with the workspace configuration and
+	// the Tenant's Secret (the signing key, IAM secret access keys) are
+	// mounted, as one projected volume: kubelet swaps both in a single
+	// atomic "..data" symlink swap, so the bus's watch on this directory
+	// sees every change of either, and never a configuration naming a key
+	// file that is not there yet.
 	ConfigDir = "/etc/storybus/config"
 	// ConfigFile is the configuration's key in the ConfigMap and its file
 	// name in ConfigDir.
 	ConfigFile = "workspace.yaml"
-	// SigningKeyDir is where the signing key Secret is mounted.
-	SigningKeyDir = "/etc/storybus/signing"
-	// SigningKeyKey is the signing key's key in its Secret and its file name
-	// in SigningKeyDir.
+	// SigningKeyKey is the signing key's key in the Tenant's Secret and its
+	// file name in ConfigDir.
 	SigningKeyKey = "signingKey"
 	// DataDir is where the embedded JetStream stores, on the pod's volume.
 	DataDir = "/var/lib/storybus"
@@ -180,12 +182,15 @@ func desiredStatefulSet(t *v1alpha1.Tenant, image string) *appsv1ac.StatefulSetA
 	}
 	mounts := []*corev1ac.VolumeMountApplyConfiguration{
 		corev1ac.VolumeMount().WithName("config").WithMountPath(ConfigDir).WithReadOnly(true),
-		corev1ac.VolumeMount().WithName("signing-key").WithMountPath(SigningKeyDir).WithReadOnly(true),
 		corev1ac.VolumeMount().WithName("tmp").WithMountPath("/tmp"),
 	}
 	volumes := []*corev1ac.VolumeApplyConfiguration{
-		corev1ac.Volume().WithName("config").WithConfigMap(corev1ac.ConfigMapVolumeSource().WithName(configMapName(t))),
-		corev1ac.Volume().WithName("signing-key").WithSecret(corev1ac.SecretVolumeSource().WithSecretName(signingKeyName(t))),
+		corev1ac.Volume().WithName("config").WithProjected(corev1ac.ProjectedVolumeSource().
+			WithDefaultMode(0o440).
+			WithSources(
+				corev1ac.VolumeProjection().WithConfigMap(corev1ac.ConfigMapProjection().WithName(configMapName(t))),
+				corev1ac.VolumeProjection().WithSecret(corev1ac.SecretProjection().WithName(signingKeyName(t))),
+			)),
 		corev1ac.Volume().WithName("tmp").WithEmptyDir(corev1ac.EmptyDirVolumeSource()),
 	}
 	spec := appsv1ac.StatefulSetSpec().

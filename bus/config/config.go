@@ -210,10 +210,13 @@ type ConsumeGrant struct {
 
 // IAM binds an AWS access key to a connection.
 type IAM struct {
-	AccessKeyID     string `json:"accessKeyID"`
-	SecretAccessKey string `json:"secretAccessKey,omitempty"`
-	RoleARN         string `json:"roleARN,omitempty"`
-	Verified        bool   `json:"verified,omitempty"`
+	AccessKeyID string `json:"accessKeyID"`
+	// SecretAccessKey checks the key's signatures. SecretAccessKeyFile,
+	// when set, is read instead, by Load and on every reload.
+	SecretAccessKey     string `json:"secretAccessKey,omitempty"`
+	SecretAccessKeyFile string `json:"secretAccessKeyFile,omitempty"`
+	RoleARN             string `json:"roleARN,omitempty"`
+	Verified            bool   `json:"verified,omitempty"`
 }
 
 // IsActive reports whether the connection may publish.
@@ -283,6 +286,17 @@ func Load(path string) (*Workspace, error) {
 		if err := w.Validate(); err != nil {
 			return nil, fmt.Errorf("%s: %w", path, err)
 		}
+	}
+	for i := range w.Connections {
+		iam := w.Connections[i].IAM
+		if iam == nil || iam.SecretAccessKeyFile == "" {
+			continue
+		}
+		key, err := os.ReadFile(iam.SecretAccessKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("%s: connections[%d].iam.secretAccessKeyFile: %w", path, i, err)
+		}
+		iam.SecretAccessKey = strings.TrimSpace(string(key))
 	}
 	return w, nil
 }

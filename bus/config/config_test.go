@@ -96,3 +96,40 @@ func TestHashSecret(t *testing.T) {
 		t.Fatal("an unhashed secret matched")
 	}
 }
+
+func TestSecretAccessKeyFile(t *testing.T) {
+	dir := t.TempDir()
+	key := filepath.Join(dir, "cms.secretAccessKey")
+	write := func(path, content string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(key, "wJalrXUtnFEMI/K7MDENG\n")
+	cfg := filepath.Join(dir, "ws.yaml")
+	write(cfg, "workspace: w1\nsigningKey: 0123456789abcdef0123456789abcdef\nconnections:\n"+
+		"  - {name: cms, iam: {accessKeyID: AKIDEXAMPLE, secretAccessKeyFile: "+key+"}}\n"+
+		"  - {name: wire, iam: {accessKeyID: AKIDWIRE, secretAccessKey: inline}}\n")
+	w, err := config.Load(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := w.Connections[0].IAM.SecretAccessKey; got != "wJalrXUtnFEMI/K7MDENG" {
+		t.Fatalf("cms key %q", got)
+	}
+	if got := w.Connections[1].IAM.SecretAccessKey; got != "inline" {
+		t.Fatalf("wire key %q", got)
+	}
+	// Every load reads the file again: a rotated key is what a reload serves.
+	write(key, "rotated")
+	if w, err = config.Load(cfg); err != nil || w.Connections[0].IAM.SecretAccessKey != "rotated" {
+		t.Fatalf("after rotation: %v %+v", err, w)
+	}
+	if err := os.Remove(key); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := config.Load(cfg); err == nil || !strings.Contains(err.Error(), "secretAccessKeyFile") {
+		t.Fatalf("a missing key file loaded: %v", err)
+	}
+}

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/storybus/storybus/internal/kubelet"
 )
 
 // TestServeReloadsItsConfigurationFile edits the workspace file of a
@@ -86,5 +88,66 @@ func eventually(t *testing.T, within time.Duration, cond func() bool) {
 			t.Fatalf("condition not met within %s", within)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestServeReloadsAKubeletVolumeSwap serves a workspace from a directory
+// laid out as kubelet lays out a pod's projected ConfigMap and Secret volume
+// (files are symlinks through "..data", and an update swaps that symlink):
+// a narrowed grant in a swapped configuration takes effect within seconds,
+// and so does a swapped signing key, which is a file the configuration
+// names, not the configuration itself.
+func TestServeReloadsAKubeletVolumeSwap(t *testing.T) {
+	root := t.TempDir()
+	vol := filepath.Join(root, "config")
+	cfg := filepath.Join(vol, "workspace.yaml")
+	workspace := func(messageTypes string) []byte {
+		return []byte(fmt.Sprintf(`apiVersion: bus.storybus.io/v1alpha1
+kind: WorkspaceConfig
+workspace: newsroom
+signingKeyFile: %s
+connections:
+  - name: cms
+    secretHash: sha256:%s
+    grant:
+      publish: {systemIDs: [cms], messageTypes: %s}
+`, filepath.Join(vol, "signingKey"), sha256hex(crashSecret), messageTypes))
+	}
+	swap := func(ws []byte, key string) {
+		t.Helper()
+		if err := kubelet.WriteVolume(vol, map[string][]byte{"workspace.yaml": ws, "signingKey": []byte(key)}, 0o440); err != nil {
+			t.Fatal(err)
+		}
+	}
+	firstKey := "first-signing-key-0123456789abcdef0123"
+	swap(workspace(`["*"]`), firstKey)
+	addr := freePort(t)
+	b := startBus(t, cfg, filepath.Join(root, "data"), addr)
+	token := b.token(t)
+	seq := 0
+	snapshot := func() []byte {
+		seq++
+		return []byte(fmt.Sprintf(`{"som_version":"1.0","message_id":%q,"message_type":"story.context","system_id":"cms","timestamp":"2026-11-29T09:00:00Z","payload":{"story_id":"swap","sequence_number":%d,"state":"draft","headline":"Harbour bridge approved"}}`, uuid.NewString(), seq))
+	}
+	if status, _, err := b.send(token, snapshot()); err != nil || status != http.StatusAccepted {
+		t.Fatalf("before the swap: %d %v", status, err)
+	}
+
+	swap(workspace(`[story.event]`), firstKey)
+	eventually(t, 10*time.Second, func() bool {
+		status, _, err := b.send(token, snapshot())
+		return err == nil && status == http.StatusForbidden
+	})
+
+	// Only the Secret's part changes: tokens signed with the old key stop
+	// working, and a token signed with the new one authenticates (the
+	// narrowed grant still refuses the message).
+	swap(workspace(`[story.event]`), "second-signing-key-0123456789abcdef012")
+	eventually(t, 10*time.Second, func() bool {
+		status, _, err := b.send(token, snapshot())
+		return err == nil && status == http.StatusUnauthorized
+	})
+	if status, _, err := b.send(b.token(t), snapshot()); err != nil || status != http.StatusForbidden {
+		t.Fatalf("a token signed with the new key: %d %v", status, err)
 	}
 }

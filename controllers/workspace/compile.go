@@ -43,6 +43,11 @@ type Input struct {
 	// SigningKeyFile is where the bus reads the signing key; it is written
 	// into the configuration as signingKeyFile.
 	SigningKeyFile string
+	// SecretsDir is where the bus reads the files of SecretFiles (the
+	// Tenant's Secret, mounted); each connection's IAM secret access key is
+	// written into the configuration as iam.secretAccessKeyFile under it.
+	// Empty leaves secret access keys out of the configuration.
+	SecretsDir string
 }
 
 // ErrInvalid marks a configuration that cannot be compiled because of what
@@ -93,7 +98,7 @@ func Compile(in Input) (*config.Workspace, error) {
 	grants := grantsByConnection(t.Namespace, in.Grants)
 	for i := range conns {
 		c := &conns[i]
-		w.Connections = append(w.Connections, connection(c, grants[c.Name], in.Secrets))
+		w.Connections = append(w.Connections, connection(c, grants[c.Name], in.Secrets, in.SecretsDir))
 	}
 
 	w.Default()
@@ -119,7 +124,48 @@ func Belonging(t *v1alpha1.Tenant, cs []v1alpha1.Connection) []v1alpha1.Connecti
 	return out
 }
 
-func connection(c *v1alpha1.Connection, grants []v1alpha1.Grant, secrets map[string]*corev1.Secret) config.Connection {
+// SecretFiles returns the files the bus reads next to the configuration
+// Compile makes from in, by file name: each connection's IAM secret access
+// key, copied from the Secret its spec.iam.accessKeySecretRef names. The
+// operator keeps them in the Tenant's Secret, mounted at in.SecretsDir.
+func SecretFiles(in Input) map[string][]byte {
+	out := map[string][]byte{}
+	if in.Tenant == nil || in.SecretsDir == "" {
+		return out
+	}
+	for _, c := range Belonging(in.Tenant, in.Connections) {
+		if _, key := iamKeys(&c, in.Secrets); key != "" {
+			out[IAMSecretAccessKeyFile(c.Name)] = []byte(key)
+		}
+	}
+	return out
+}
+
+// IAMSecretAccessKeyFile is the file name (and the key in the Tenant's
+// Secret) of the IAM secret access key of the named connection.
+func IAMSecretAccessKeyFile(connection string) string {
+	return "iam." + connection + ".secretAccessKey"
+}
+
+// iamKeys returns the access key id and secret access key of c's IAM
+// Secret; empty when c binds none or its Secret is missing.
+func iamKeys(c *v1alpha1.Connection, secrets map[string]*corev1.Secret) (id, key string) {
+	iam := c.Spec.IAM
+	if iam == nil {
+		return "", ""
+	}
+	s := secrets[iam.AccessKeySecretRef.Name]
+	if s == nil {
+		return "", ""
+	}
+	id = strings.TrimSpace(string(s.Data[v1alpha1.IAMAccessKeyIDKey]))
+	if id == "" {
+		return "", ""
+	}
+	return id, strings.TrimSpace(string(s.Data[v1alpha1.IAMSecretAccessKeyKey]))
+}
+
+func connection(c *v1alpha1.Connection, grants []v1alpha1.Grant, secrets map[string]*corev1.Secret, secretsDir string) config.Connection {
 	out := config.Connection{Name: c.Name, ClientID: c.Name}
 	// A Secret another Connection controls holds that connection's
 	// credentials, never this one's (its status says SecretInUse).
@@ -151,13 +197,12 @@ func connection(c *v1alpha1.Connection, grants []v1alpha1.Grant, secrets map[str
 			out.Grant.Consume.Families = union(out.Grant.Consume.Families, cg.Families)
 		}
 	}
-	if iam := c.Spec.IAM; iam != nil {
-		// The secret access key stays in its Secret: the configuration is a
-		// ConfigMap. The bus reads it once it can take it from a file.
-		if s := secrets[iam.AccessKeySecretRef.Name]; s != nil {
-			if id := strings.TrimSpace(string(s.Data[v1alpha1.IAMAccessKeyIDKey])); id != "" {
-				out.IAM = &config.IAM{AccessKeyID: id, RoleARN: iam.RoleARN, Verified: iam.Verified}
-			}
+	if id, key := iamKeys(c, secrets); id != "" {
+		// The secret access key itself never enters the configuration (a
+		// ConfigMap): the bus reads it from the Tenant's Secret, mounted.
+		out.IAM = &config.IAM{AccessKeyID: id, RoleARN: c.Spec.IAM.RoleARN, Verified: c.Spec.IAM.Verified}
+		if key != "" && secretsDir != "" {
+			out.IAM.SecretAccessKeyFile = secretsDir + "/" + IAMSecretAccessKeyFile(c.Name)
 		}
 	}
 	return out

@@ -269,3 +269,54 @@ func TestRotationTime(t *testing.T) {
 		}
 	}
 }
+
+func TestIAMSecretAccessKeyIsAFile(t *testing.T) {
+	withIAM := func(secretName string) func(*v1alpha1.Connection) {
+		return func(c *v1alpha1.Connection) {
+			c.Spec.IAM = &v1alpha1.ConnectionIAM{AccessKeySecretRef: v1alpha1.LocalObjectReference{Name: secretName}, RoleARN: "arn:aws:iam::123456789012:role/x"}
+		}
+	}
+	aws := func(name, id, key string) *corev1.Secret {
+		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+			Data: map[string][]byte{v1alpha1.IAMAccessKeyIDKey: []byte(id), v1alpha1.IAMSecretAccessKeyKey: []byte(key)}}
+	}
+	in := Input{
+		Tenant: tenant("t"),
+		Connections: []v1alpha1.Connection{
+			conn("cms", "t", withIAM("aws-cms")),
+			conn("nokey", "t", withIAM("aws-nokey")),
+			conn("missing", "t", withIAM("aws-missing")),
+			conn("other", "elsewhere", withIAM("aws-cms")),
+		},
+		Secrets: map[string]*corev1.Secret{
+			"aws-cms":   aws("aws-cms", "AKIDCMS", "cms-secret\n"),
+			"aws-nokey": aws("aws-nokey", "AKIDNOKEY", ""),
+		},
+		SigningKey: signingKey, SigningKeyFile: "/cfg/signingKey", SecretsDir: "/cfg",
+	}
+	w, err := Compile(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]config.Connection{}
+	for _, c := range w.Connections {
+		byName[c.Name] = c
+	}
+	if iam := byName["cms"].IAM; iam == nil || iam.AccessKeyID != "AKIDCMS" || iam.SecretAccessKey != "" || iam.SecretAccessKeyFile != "/cfg/iam.cms.secretAccessKey" {
+		t.Errorf("cms iam %+v", iam)
+	}
+	if iam := byName["nokey"].IAM; iam == nil || iam.SecretAccessKeyFile != "" {
+		t.Errorf("nokey iam %+v: a key without a secret names no file", iam)
+	}
+	if iam := byName["missing"].IAM; iam != nil {
+		t.Errorf("missing iam %+v", iam)
+	}
+	files := SecretFiles(in)
+	if len(files) != 1 || string(files["iam.cms.secretAccessKey"]) != "cms-secret" {
+		t.Errorf("secret files %q", files)
+	}
+	in.SecretsDir = ""
+	if w, _ := Compile(in); w.Connections[0].IAM.SecretAccessKeyFile != "" || len(SecretFiles(in)) != 0 {
+		t.Error("without SecretsDir the key must be left out")
+	}
+}

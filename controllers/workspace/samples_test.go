@@ -93,7 +93,7 @@ func TestSamplesCompileToTheDevWorkspace(t *testing.T) {
 			in.Tenant != nil, len(in.Connections), len(in.Grants), len(in.OwnershipPolicies), len(in.Secrets))
 	}
 	in.SigningKey = []byte(want.SigningKey)
-	in.SigningKeyFile = "/etc/storybus/signing/signingKey"
+	in.SigningKeyFile = "/etc/storybus/config/signingKey"
 	got, err := Compile(in)
 	if err != nil {
 		t.Fatal(err)

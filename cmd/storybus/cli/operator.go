@@ -12,6 +12,7 @@ import (
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -29,6 +30,9 @@ type OperatorOptions struct {
 	WatchNamespace          string
 	BusImage                string
 	ClusterDomain           string
+	// MaxConcurrentReconciles is how many objects of one kind are
+	// reconciled at once; 0 means controller-runtime's default of one.
+	MaxConcurrentReconciles int
 	LogFormat               string
 	LogLevel                string
 }
@@ -44,11 +48,19 @@ func (o *OperatorOptions) bind(cmd *cobra.Command) {
 	f.StringVar(&o.WatchNamespace, "watch-namespace", "", "reconcile only this namespace; empty reconciles all")
 	f.StringVar(&o.BusImage, "bus-image", controllers.DefaultBusImage, "image of the bus pods of Tenants that set no spec.image")
 	f.StringVar(&o.ClusterDomain, "cluster-domain", "cluster.local", "the cluster's DNS domain, for Tenants' status.endpoint")
+	f.IntVar(&o.MaxConcurrentReconciles, "max-concurrent-reconciles", DefaultMaxConcurrentReconciles, "objects of one kind reconciled at once (Tenants, Connections, …); reconciles wait mostly on the API server")
 	f.StringVar(&o.LogFormat, "log-format", "json", "log format: json or text")
 	f.StringVar(&o.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
 }
 
+// DefaultMaxConcurrentReconciles is --max-concurrent-reconciles' default,
+// chosen by measurement (docs/performance.md, "Operator at scale").
+const DefaultMaxConcurrentReconciles = 4
+
 func (o *OperatorOptions) validate() error {
+	if o.MaxConcurrentReconciles < 1 {
+		return usageError{fmt.Errorf("--max-concurrent-reconciles must be at least 1")}
+	}
 	if o.LogFormat != "json" && o.LogFormat != "text" {
 		return usageError{fmt.Errorf("--log-format must be json or text")}
 	}
@@ -92,6 +104,12 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 		if err != nil {
 			return nil, fmt.Errorf("kubeconfig: %w", err)
 		}
+		// As ctrl.GetConfig does: the API server's priority and fairness
+		// limits the operator, not client-go's default of 5 requests/s,
+		// which would hold a large cluster's reconciles back by minutes.
+		if cfg.QPS == 0 {
+			cfg.QPS = -1
+		}
 		return cfg, nil
 	}
 	cfg, err := ctrl.GetConfig()
@@ -119,6 +137,7 @@ func RunOperator(ctx context.Context, o OperatorOptions, cfg *rest.Config, log l
 		Cache:                         cacheOpts,
 		Metrics:                       metricsserver.Options{BindAddress: o.MetricsBindAddress},
 		HealthProbeBindAddress:        o.HealthProbeBindAddress,
+		Controller:                    ctrlconfig.Controller{MaxConcurrentReconciles: o.MaxConcurrentReconciles},
 		LeaderElection:                o.LeaderElect,
 		LeaderElectionID:              o.LeaderElectionID,
 		LeaderElectionNamespace:       o.LeaderElectionNamespace,

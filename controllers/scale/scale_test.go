@@ -1,0 +1,359 @@
+// Package scale measures the operator at scale: Tenants with ten
+// Connections (and a Grant each) reconcile to Ready against a real
+// kube-apiserver and etcd (envtest), with the operator run as its own
+// process (`storybus operator`), so that its resident memory is its own.
+//
+// By default the test runs a small size (20 Tenants, 200 Connections) to
+// keep `make test` short. STORYBUS_SCALE=full (or `make scale`) runs 500
+// Tenants with 5,000 Connections; STORYBUS_SCALE_TENANTS=N sets any size,
+// and STORYBUS_SCALE_WORKERS=N the operator's --max-concurrent-reconciles.
+// Run with -v for the numbers docs/performance.md records.
+package scale_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/storybus/storybus/api/v1alpha1"
+	"github.com/storybus/storybus/controllers"
+)
+
+// connectionsPerTenant is fixed; the number of Tenants varies.
+const connectionsPerTenant = 10
+
+// tenants is the size of the run: small by default, see the package comment.
+func tenants(t *testing.T) int {
+	if s := os.Getenv("STORYBUS_SCALE_TENANTS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			t.Fatalf("STORYBUS_SCALE_TENANTS=%q: want a positive number", s)
+		}
+		return n
+	}
+	if os.Getenv("STORYBUS_SCALE") == "full" {
+		return 500
+	}
+	return 20
+}
+
+func TestOperatorAtScale(t *testing.T) {
+	nTenants := tenants(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	assets := os.Getenv("KUBEBUILDER_ASSETS")
+	if assets == "" {
+		assets = filepath.Join("..", "..", "bin")
+	}
+	env := &envtest.Environment{
+		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "config", "crd", "bases")},
+		ErrorIfCRDPathMissing: true,
+		BinaryAssetsDirectory: assets,
+	}
+	// Every Tenant has a ClusterIP Service: envtest's default range (/24)
+	// holds 254 of them.
+	env.ControlPlane.GetAPIServer().Configure().Set("service-cluster-ip-range", "10.96.0.0/16")
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatalf("start envtest (make tools builds its binaries): %v", err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	scheme, err := controllers.NewScheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.QPS, cfg.Burst = -1, 0 // the test's own writes are not the measured part
+	k8s, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The operator runs as `storybus operator` against the envtest API
+	// server, as an administrator.
+	user, err := env.AddUser(envtest.User{Name: "storybus-operator", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig, err := user.KubeConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "kubeconfig"), kubeconfig, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	binary := filepath.Join(dir, "storybus")
+	build := exec.Command("go", "build", "-o", binary, "./cmd/storybus")
+	build.Dir = filepath.Join("..", "..")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	metricsAddr, probeAddr := freeAddr(t), freeAddr(t)
+	args := []string{"operator", "--kubeconfig", filepath.Join(dir, "kubeconfig"),
+		"--metrics-bind-address", metricsAddr, "--health-probe-bind-address", probeAddr, "--log-level", "error"}
+	if n := os.Getenv("STORYBUS_SCALE_WORKERS"); n != "" {
+		args = append(args, "--max-concurrent-reconciles", n)
+	}
+	operator := exec.Command(binary, args...)
+	var logs bytes.Buffer
+	operator.Stdout, operator.Stderr = &logs, &logs
+	if err := operator.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = operator.Process.Kill()
+		_ = operator.Wait()
+		if t.Failed() {
+			t.Logf("operator logs:\n%s", logs.String())
+		}
+	})
+
+	ns := "scale"
+	if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	// envtest runs no StatefulSet controller and no kubelet: this plays
+	// them, making every StatefulSet's replicas ready.
+	go markStatefulSetsReady(ctx, t, k8s, ns)
+
+	var peakRSS atomic.Int64
+	go func() {
+		for ctx.Err() == nil {
+			if m, err := scrape(metricsAddr); err == nil && int64(m["process_resident_memory_bytes"]) > peakRSS.Load() {
+				peakRSS.Store(int64(m["process_resident_memory_bytes"]))
+			}
+			time.Sleep(time.Second)
+		}
+	}()
+
+	start := time.Now()
+	createAll(ctx, t, k8s, ns, nTenants)
+	created := time.Since(start)
+
+	deadline := start.Add(time.Duration(nTenants)*2*time.Second + 2*time.Minute)
+	var ready readiness
+	for {
+		ready, err = countReady(ctx, k8s, ns)
+		if err == nil && ready.tenants == nTenants && ready.connections == nTenants*connectionsPerTenant && ready.grants == nTenants*connectionsPerTenant {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not all Ready after %s: %+v (%v)", time.Since(start).Round(time.Second), ready, err)
+		}
+		time.Sleep(time.Second)
+	}
+	allReady := time.Since(start)
+
+	m, err := scrape(metricsAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mib := func(b float64) string { return fmt.Sprintf("%.0f MiB", b/(1<<20)) }
+	t.Logf("operator at scale: %d Tenants, %d Connections, %d Grants; operator %q", nTenants, nTenants*connectionsPerTenant, nTenants*connectionsPerTenant, args[1:])
+	t.Logf("created in %s; all Ready %s after the first create", created.Round(time.Millisecond), allReady.Round(time.Millisecond))
+	t.Logf("operator memory when all Ready: resident %s (peak seen %s), Go heap in use %s",
+		mib(m["process_resident_memory_bytes"]), mib(float64(peakRSS.Load())), mib(m["go_memstats_heap_inuse_bytes"]))
+	t.Logf("operator CPU time: %.1f s", m["process_cpu_seconds_total"])
+}
+
+// createAll creates nTenants Tenants, each with connectionsPerTenant
+// Connections and one Grant per Connection, from a few writers at once.
+func createAll(ctx context.Context, t *testing.T, k8s client.Client, ns string, nTenants int) {
+	t.Helper()
+	jobs := make(chan int)
+	errs := make(chan error, 8)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for i := range jobs {
+				if err := createTenant(ctx, k8s, ns, i); err != nil {
+					select {
+					case errs <- err:
+					default:
+					}
+				}
+			}
+		})
+	}
+	for i := range nTenants {
+		jobs <- i
+	}
+	close(jobs)
+	wg.Wait()
+	select {
+	case err := <-errs:
+		t.Fatal(err)
+	default:
+	}
+}
+
+func createTenant(ctx context.Context, k8s client.Client, ns string, i int) error {
+	name := fmt.Sprintf("t%03d", i)
+	objs := []client.Object{&v1alpha1.Tenant{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}}
+	for j := range connectionsPerTenant {
+		conn := fmt.Sprintf("%s-c%02d", name, j)
+		objs = append(objs,
+			&v1alpha1.Connection{
+				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: conn},
+				Spec:       v1alpha1.ConnectionSpec{TenantRef: v1alpha1.LocalObjectReference{Name: name}},
+			},
+			&v1alpha1.Grant{
+				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: conn},
+				Spec: v1alpha1.GrantSpec{ConnectionRef: v1alpha1.LocalObjectReference{Name: conn},
+					Publish: &v1alpha1.PublishGrant{SystemIDs: []string{conn}, MessageTypes: []string{"story.context", "story.event"}}},
+			})
+	}
+	for _, o := range objs {
+		if err := k8s.Create(ctx, o); err != nil {
+			return fmt.Errorf("create %T %s: %w", o, o.GetName(), err)
+		}
+	}
+	return nil
+}
+
+type readiness struct{ tenants, connections, grants int }
+
+// countReady counts the objects whose Ready condition is True for their
+// current generation; a Tenant also needs all of its connections compiled.
+func countReady(ctx context.Context, k8s client.Client, ns string) (readiness, error) {
+	var r readiness
+	isReady := func(cs []metav1.Condition, gen int64) bool {
+		c := meta.FindStatusCondition(cs, v1alpha1.ConditionReady)
+		return c != nil && c.Status == metav1.ConditionTrue && c.ObservedGeneration == gen
+	}
+	var ts v1alpha1.TenantList
+	if err := k8s.List(ctx, &ts, client.InNamespace(ns)); err != nil {
+		return r, err
+	}
+	for _, x := range ts.Items {
+		if isReady(x.Status.Conditions, x.Generation) && x.Status.Connections == connectionsPerTenant {
+			r.tenants++
+		}
+	}
+	// The kinds are counted in turn, each once the one before is all Ready:
+	// listing thousands of objects every poll would load the API server
+	// the operator is measured against.
+	if r.tenants < len(ts.Items) {
+		return r, nil
+	}
+	var cs v1alpha1.ConnectionList
+	if err := k8s.List(ctx, &cs, client.InNamespace(ns)); err != nil {
+		return r, err
+	}
+	for _, x := range cs.Items {
+		if isReady(x.Status.Conditions, x.Generation) {
+			r.connections++
+		}
+	}
+	if r.connections < len(cs.Items) {
+		return r, nil
+	}
+	var gs v1alpha1.GrantList
+	if err := k8s.List(ctx, &gs, client.InNamespace(ns)); err != nil {
+		return r, err
+	}
+	for _, x := range gs.Items {
+		if isReady(x.Status.Conditions, x.Generation) {
+			r.grants++
+		}
+	}
+	return r, nil
+}
+
+// markStatefulSetsReady watches the StatefulSets of ns and reports every
+// desired replica ready, until ctx ends.
+func markStatefulSetsReady(ctx context.Context, t *testing.T, k8s client.WithWatch, ns string) {
+	for ctx.Err() == nil {
+		w, err := k8s.Watch(ctx, &appsv1.StatefulSetList{}, client.InNamespace(ns))
+		if err != nil {
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		for ev := range w.ResultChan() {
+			if ev.Type != watch.Added && ev.Type != watch.Modified {
+				continue
+			}
+			sts := ev.Object.(*appsv1.StatefulSet)
+			for {
+				n := int32(1)
+				if sts.Spec.Replicas != nil {
+					n = *sts.Spec.Replicas
+				}
+				if sts.Status.ObservedGeneration == sts.Generation && sts.Status.ReadyReplicas == n {
+					break
+				}
+				sts.Status = appsv1.StatefulSetStatus{ObservedGeneration: sts.Generation, Replicas: n, ReadyReplicas: n,
+					AvailableReplicas: n, CurrentReplicas: n, UpdatedReplicas: n}
+				err := k8s.Status().Update(ctx, sts)
+				if !apierrors.IsConflict(err) {
+					if err != nil && ctx.Err() == nil {
+						t.Logf("mark StatefulSet %s ready: %v", sts.Name, err)
+					}
+					break
+				}
+				if err := k8s.Get(ctx, client.ObjectKeyFromObject(sts), sts); err != nil {
+					break
+				}
+			}
+		}
+		w.Stop()
+	}
+}
+
+// scrape reads the operator's /metrics: every unlabelled sample by name.
+func scrape(addr string) (map[string]float64, error) {
+	res, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		return nil, errors.New(res.Status)
+	}
+	out := map[string]float64{}
+	sc := bufio.NewScanner(res.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		name, value, ok := strings.Cut(sc.Text(), " ")
+		if !ok || strings.HasPrefix(name, "#") || strings.Contains(name, "{") {
+			continue
+		}
+		if v, err := strconv.ParseFloat(value, 64); err == nil {
+			out[name] = v
+		}
+	}
+	return out, sc.Err()
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
