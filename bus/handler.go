@@ -238,12 +238,18 @@ func (s *Server) gate(r *request) []rules.Violation {
 	if ct := r.c.GetHeader("Content-Type"); ct != "" {
 		mediaType, _, _ = mime.ParseMediaType(ct)
 	}
+	depth := 0
+	if r.cfg.Firewall.MaxJSONDepth > 0 {
+		// Only a firewall with a depth rule needs the scan; leaving it 0
+		// otherwise also keeps the policy's memoised decisions few.
+		depth = jsonDepth(r.body)
+	}
 	verdict, err := r.ws.policy.Gate(r.c.Request.Context(), policy.GateInput{
 		Connection: r.conn.Name,
 		IAM:        r.iam,
 		ClientIP:   r.c.ClientIP(),
 		MediaType:  mediaType,
-		JSONDepth:  jsonDepth(r.body),
+		JSONDepth:  depth,
 		Body:       r.body,
 	})
 	if err != nil {

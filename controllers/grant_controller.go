@@ -68,11 +68,17 @@ func grantConditions(refs refsObservation) []metav1.Condition {
 	if !refs.checked {
 		return nil
 	}
+	return []metav1.Condition{foldedRefsCondition(refs)}
+}
+
+// foldedRefsCondition is the ResolvedRefs condition of an object the
+// Tenant's reconciler folds into its workspace configuration.
+func foldedRefsCondition(refs refsObservation) metav1.Condition {
 	c := refsCondition(refs)
 	if refs.reason == "" {
 		c.Message = "folded into the Tenant's workspace configuration"
 	}
-	return []metav1.Condition{c}
+	return c
 }
 
 // SetupWithManager registers the reconciler and its watches.

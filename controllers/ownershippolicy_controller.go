@@ -64,11 +64,7 @@ func ownershipPolicyConditions(refs refsObservation, invalid error) []metav1.Con
 		cs = append(cs, cond(v1alpha1.ConditionAccepted, metav1.ConditionTrue, v1alpha1.ReasonAccepted, "every pattern compiles"))
 	}
 	if refs.checked {
-		c := refsCondition(refs)
-		if refs.reason == "" {
-			c.Message = "folded into the Tenant's workspace configuration"
-		}
-		cs = append(cs, c)
+		cs = append(cs, foldedRefsCondition(refs))
 	}
 	return cs
 }
