@@ -12,7 +12,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/storybus/storybus/bus"
-	"github.com/storybus/storybus/bus/store"
+	"github.com/storybus/storybus/internal/storetest"
 )
 
 // BenchmarkPublishPolicy publishes through every stage of the handler with
@@ -24,16 +24,7 @@ func BenchmarkPublishPolicy(b *testing.B) {
 		off  bool
 	}{{"on", false}, {"off", true}} {
 		b.Run(tc.name, func(b *testing.B) {
-			ns, err := store.StartEmbedded(store.EmbeddedOptions{DataDir: b.TempDir()})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
-			st, err := store.Connect(store.Options{Embedded: ns})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer st.Close()
+			_, st := storetest.Embedded(b)
 			srv := bus.New(bus.Options{Store: st, WithoutPolicy: tc.off})
 			if err := srv.Apply(context.Background(), workspaceConfig("newsroom")); err != nil {
 				b.Fatal(err)

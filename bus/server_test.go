@@ -20,7 +20,7 @@ import (
 	"github.com/storybus/storybus/bus/config"
 	"github.com/storybus/storybus/bus/publish"
 	"github.com/storybus/storybus/bus/rules"
-	"github.com/storybus/storybus/bus/store"
+	"github.com/storybus/storybus/internal/storetest"
 )
 
 const (
@@ -60,16 +60,7 @@ func workspaceConfig(id string) *config.Workspace {
 
 func newHarness(t testing.TB) *harness {
 	t.Helper()
-	ns, err := store.StartEmbedded(store.EmbeddedOptions{DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	st, err := store.Connect(store.Options{Embedded: ns})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
+	ns, st := storetest.Embedded(t)
 	h := &harness{ns: ns, clock: &fakeClock{}}
 	if tt, ok := t.(*testing.T); ok {
 		h.t = tt

@@ -16,7 +16,7 @@ import (
 
 	"github.com/storybus/storybus/bus"
 	"github.com/storybus/storybus/bus/config"
-	"github.com/storybus/storybus/bus/store"
+	"github.com/storybus/storybus/internal/storetest"
 )
 
 const (
@@ -28,16 +28,7 @@ const (
 // and reader, a consumer) on a real embedded JetStream.
 func startCLIBus(t *testing.T) string {
 	t.Helper()
-	ns, err := store.StartEmbedded(store.EmbeddedOptions{DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	st, err := store.Connect(store.Options{Embedded: ns})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
+	_, st := storetest.Embedded(t)
 	srv := bus.New(bus.Options{Store: st, Logger: slog.New(slog.DiscardHandler)})
 	w := &config.Workspace{
 		ID:         "newsroom",

@@ -1,0 +1,28 @@
+// Package storetest starts the store for tests: a real embedded
+// JetStream in the test's temporary directory, and a connection to it,
+// both closed when the test ends.
+package storetest
+
+import (
+	"testing"
+
+	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/storybus/storybus/bus/store"
+)
+
+// Embedded starts an embedded JetStream for t and connects to it.
+func Embedded(t testing.TB) (*server.Server, *store.Store) {
+	t.Helper()
+	ns, err := store.StartEmbedded(store.EmbeddedOptions{DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	st, err := store.Connect(store.Options{Embedded: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	return ns, st
+}
