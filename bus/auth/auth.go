@@ -82,6 +82,9 @@ func Verify(ws *config.Workspace, token string, now time.Time) (*Claims, string)
 	var c Claims
 	_, err := jwt.ParseWithClaims(token, &c, func(*jwt.Token) (any, error) { return []byte(ws.SigningKey), nil },
 		jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}),
+		// Strict base64: a token whose last character differs only in the
+		// unused padding bits is a different token, and is refused.
+		jwt.WithStrictDecoding(),
 		jwt.WithIssuer(Issuer),
 		jwt.WithAudience(ws.ID),
 		jwt.WithExpirationRequired(),

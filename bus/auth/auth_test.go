@@ -1,6 +1,8 @@
 package auth_test
 
 import (
+	"encoding/base64"
+	"strings"
 	"testing"
 	"time"
 
@@ -35,7 +37,8 @@ func TestIssueAndVerify(t *testing.T) {
 		"expired":         {ws, token, now.Add(ttl + time.Second), rules.AuthTokenExpired},
 		"other key":       {workspace("other"), token, now, rules.AuthTokenInvalid},
 		"garbage":         {ws, "not-a-token", now, rules.AuthTokenInvalid},
-		"altered":         {ws, token[:len(token)-3] + "abc", now, rules.AuthTokenInvalid},
+		"altered":         {ws, alterSignature(token), now, rules.AuthTokenInvalid},
+		"padding bits":    {ws, alterPaddingBits(token), now, rules.AuthTokenInvalid},
 		"unknown subject": {&config.Workspace{ID: "newsroom", SigningKey: ws.SigningKey}, token, now, rules.AuthTokenInvalid},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -70,5 +73,42 @@ func TestPeekReadsTheAudienceUnverified(t *testing.T) {
 	}
 	if _, ok := auth.Peek("x.y"); ok {
 		t.Fatal("peeked garbage")
+	}
+}
+
+const base64URL = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+
+// alterSignature changes the first character of the signature, which always
+// carries signature bits.
+func alterSignature(token string) string {
+	i := strings.LastIndexByte(token, '.') + 1
+	c := strings.IndexByte(base64URL, token[i])
+	return token[:i] + string(base64URL[c^32]) + token[i+1:]
+}
+
+// alterPaddingBits flips the lowest bit of the last character: for an
+// HS256 signature (32 bytes in 43 characters) that bit is padding, so a
+// lenient decoder would read the same signature.
+func alterPaddingBits(token string) string {
+	c := strings.IndexByte(base64URL, token[len(token)-1])
+	return token[:len(token)-1] + string(base64URL[c^1])
+}
+
+func TestAlteredPaddingBitsDecodeToTheSameSignature(t *testing.T) {
+	token, _, err := auth.Issue(workspace("newsroom"), &workspace("newsroom").Connections[0], time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sig := func(tok string) []byte {
+		b, err := base64.RawURLEncoding.DecodeString(tok[strings.LastIndexByte(tok, '.')+1:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	// The premise of the "padding bits" case above: only strict decoding
+	// tells the two apart.
+	if altered := alterPaddingBits(token); altered == token || string(sig(altered)) != string(sig(token)) {
+		t.Fatalf("%s and %s", token, altered)
 	}
 }
