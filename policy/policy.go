@@ -117,6 +117,10 @@ type compiled struct {
 	tenant    []config.PolicyModule
 	hasTenant bool
 	cfg       *config.Workspace
+	// storyFree is true when no owner rule, hand-off or workspace module
+	// can look at a story's id: stage 12 then decides without it, and one
+	// memoised decision serves every story with the same head owner.
+	storyFree bool
 	// Decisions of the deterministic built-in modules, memoised by their
 	// whole input for this generation of modules and data (a new
 	// generation starts empty). The workspace's own modules, which see the
@@ -163,6 +167,7 @@ func (e *Engine) Update(ctx context.Context, cfg *config.Workspace) error {
 		next = &c
 	}
 	next.cfg = cfg
+	next.storyFree = !next.hasTenant && len(cfg.Ownership.Owners) == 0 && len(cfg.Ownership.Handoffs) == 0
 	next.gateMemo, next.grantsMemo, next.publishMemo = newMemo[GateResult](), newMemo[*rules.Violation](), newMemo[Decision]()
 	if err := storage.WriteOne(ctx, e.store, storage.AddOp, storage.Path{"workspace"}, data); err != nil {
 		return fmt.Errorf("policy data: %w", err)
@@ -347,6 +352,9 @@ func (e *Engine) Publish(ctx context.Context, in MessageInput, head HeadInput) (
 	c := e.compiled.Load()
 	if c.hasTenant {
 		return e.publish(ctx, c, in, head)
+	}
+	if c.storyFree {
+		in.StoryID = ""
 	}
 	key := memoKey(in.Connection, in.Family, in.SystemID, in.StoryID, strconv.FormatBool(head.Exists), head.Owner)
 	if d, ok := c.publishMemo.get(key); ok {

@@ -170,8 +170,8 @@ func BenchmarkPublishDecision(b *testing.B) {
 		i := 0
 		for b.Loop() {
 			i++
-			in.StoryID = "story-" + strconv.Itoa(i) // a new input: no memoised decision
-			if _, err := e.Publish(context.Background(), in, policy.HeadInput{Exists: true, Owner: "cms"}); err != nil {
+			// A new head owner is a new input: no memoised decision.
+			if _, err := e.Publish(context.Background(), in, policy.HeadInput{Exists: true, Owner: "sys-" + strconv.Itoa(i)}); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -210,5 +210,43 @@ func TestMemoisedDecisionsFollowConfiguration(t *testing.T) {
 	d, err := e.Publish(context.Background(), in, head)
 	if err != nil || len(d.Refusals) != 1 || d.Refusals[0].Rule != "story.not_owner" {
 		t.Fatalf("after the change the memoised decision was kept: %+v %v", d, err)
+	}
+}
+
+// Without owner rules, hand-offs or workspace modules a story's id cannot
+// change stage 12's decision, so one memoised decision serves every story;
+// a hand-off makes the id matter again.
+func TestStoryIndependentDecisions(t *testing.T) {
+	w := workspace()
+	e, err := policy.New(context.Background(), w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := policy.HeadInput{Exists: true, Owner: "cms"}
+	decide := func(story string) policy.Decision {
+		t.Helper()
+		in := message("local", "A long enough headline")
+		in.SystemID, in.StoryID = "wire", story
+		d, err := e.Publish(context.Background(), in, head)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	for _, story := range []string{"s1", "s2"} {
+		if d := decide(story); len(d.Warnings) != 1 || d.Warnings[0].Rule != "story.not_owner" || d.Owner != "cms" {
+			t.Fatalf("%s: %+v", story, d)
+		}
+	}
+	w2 := workspace()
+	w2.Ownership.Handoffs = []config.Handoff{{StoryID: "s2", ToSystemID: "wire"}}
+	if err := e.Update(context.Background(), w2); err != nil {
+		t.Fatal(err)
+	}
+	if d := decide("s2"); len(d.Warnings) != 0 || d.Owner != "wire" {
+		t.Fatalf("handed-off story: %+v", d)
+	}
+	if d := decide("s1"); len(d.Warnings) != 1 || d.Owner != "cms" {
+		t.Fatalf("other story after the hand-off: %+v", d)
 	}
 }

@@ -30,7 +30,7 @@ default violation := null
 
 violation := {
 	"rule": "story.not_owner",
-	"message": sprintf("story %s is owned by %s, not %s", [input.message.story_id, owner, input.message.system_id]),
+	"message": sprintf("the story is owned by %s, not %s", [owner, input.message.system_id]),
 	"path": "/system_id",
 } if {
 	input.message.family == "story-context"
