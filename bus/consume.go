@@ -176,6 +176,7 @@ func (s *Server) consume(c *gin.Context) {
 		}
 		out = append(out, d)
 	}
+	s.metrics.delivered.WithLabelValues(r.ws.id, r.name).Add(float64(len(out)))
 	writeDeliveries(c, out)
 }
 
@@ -466,6 +467,7 @@ func (s *Server) ack(c *gin.Context) {
 		s.consumerUnavailable(c, r, "ack", err)
 		return
 	}
+	s.metrics.acked.WithLabelValues(r.ws.id, r.name).Add(float64(len(subjects)))
 	writeJSON(c, http.StatusOK, AckResponse{Acked: len(subjects)})
 }
 

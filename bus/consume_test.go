@@ -171,6 +171,23 @@ func TestConsumeDeliversMessagesExactlyAsAccepted(t *testing.T) {
 	if len(p.Messages) != 0 {
 		t.Fatalf("acknowledged messages delivered again: %+v", p.Messages)
 	}
+	// A forged ack id is counted with its rule.
+	if _, a := h.ackIDs(t, "newsroom", "web", all, "Zm9yZ2Vk"); a.Status != http.StatusBadRequest {
+		t.Fatalf("forged ack: %d %s", a.Status, a.Raw)
+	}
+	metrics := h.metrics(t)
+	for _, want := range []string{
+		`storybus_consumer_delivered_messages_total{consumer="web",workspace="newsroom"} 2`,
+		`storybus_consumer_acked_messages_total{consumer="web",workspace="newsroom"} 3`,
+		`storybus_api_requests_total{route="ack",rule="",status="200",workspace="newsroom"} 2`,
+		`storybus_api_requests_total{route="ack",rule="consumer.ack_invalid",status="400",workspace="newsroom"} 1`,
+		`storybus_api_requests_total{route="tokens",rule="",status="200",workspace="newsroom"} 2`,
+		`storybus_api_requests_total{route="pull",rule="",status="200",workspace="newsroom"}`,
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
 }
 
 func TestConsumeLongPollAnswersWhenAMessageArrives(t *testing.T) {

@@ -38,6 +38,27 @@ type request struct {
 	retry  time.Duration
 	// warnings are SOM's warnings (stage 8), reported when accepted.
 	warnings []rules.Violation
+	// media is the parsed Content-Type, read once by mediaType.
+	media *mediaType
+}
+
+// mediaType is a request's Content-Type: its media type in lower case, or
+// empty when the header is absent, and the error of a malformed header.
+type mediaType struct {
+	name string
+	err  error
+}
+
+// mediaType parses the request's Content-Type once for the gate (stage 4)
+// and the parse stage (7).
+func (r *request) mediaType() mediaType {
+	if r.media == nil {
+		r.media = &mediaType{}
+		if ct := r.c.GetHeader("Content-Type"); ct != "" {
+			r.media.name, _, r.media.err = mime.ParseMediaType(ct)
+		}
+	}
+	return *r.media
 }
 
 // stage is one step of the publish pipeline; a non-empty result refuses the
@@ -114,25 +135,29 @@ func (s *Server) publishWith(c *gin.Context, auth func(*request) []rules.Violati
 	}
 }
 
-// observePublish counts every publish answer by workspace, status and rule.
-// It runs outside the panic recovery, so it sees the 503 a panic becomes;
-// an abandoned request (no answer) is counted with status "aborted".
-func (s *Server) observePublish(c *gin.Context) {
-	start := time.Now()
-	defer func() {
-		ws := c.Param("tenant")
-		if _, served := s.workspace(ws); !served {
-			return
-		}
-		status := "aborted"
-		if c.Writer.Written() {
-			status = strconv.Itoa(c.Writer.Status())
-		}
-		rule, _ := c.Get(ctxRule)
-		r, _ := rule.(string)
-		s.metrics.observeRequest(ws, status, r, time.Since(start))
-	}()
-	c.Next()
+// observe counts every answer of a route, by workspace, status and rule,
+// with record. It runs outside the route's panic recovery, so it sees the
+// 503 a panic becomes; an abandoned request (no answer) is counted with
+// status "aborted". Requests for workspaces this bus does not serve are not
+// counted: their names are the caller's to choose.
+func (s *Server) observe(record func(workspace, status, rule string, d time.Duration)) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		start := time.Now()
+		defer func() {
+			ws := c.Param("tenant")
+			if _, served := s.workspace(ws); !served {
+				return
+			}
+			status := "aborted"
+			if c.Writer.Written() {
+				status = strconv.Itoa(c.Writer.Status())
+			}
+			rule, _ := c.Get(ctxRule)
+			r, _ := rule.(string)
+			record(ws, status, r, time.Since(start))
+		}()
+		c.Next()
+	}
 }
 
 // readBody is stage 2: the body, read bounded, never whole into memory
@@ -234,10 +259,6 @@ func (s *Server) gate(r *request) []rules.Violation {
 	if s.opts.WithoutPolicy {
 		return nil
 	}
-	mediaType := ""
-	if ct := r.c.GetHeader("Content-Type"); ct != "" {
-		mediaType, _, _ = mime.ParseMediaType(ct)
-	}
 	depth := 0
 	if r.cfg.Firewall.MaxJSONDepth > 0 {
 		// Only a firewall with a depth rule needs the scan; leaving it 0
@@ -248,7 +269,7 @@ func (s *Server) gate(r *request) []rules.Violation {
 		Connection: r.conn.Name,
 		IAM:        r.iam,
 		ClientIP:   r.c.ClientIP(),
-		MediaType:  mediaType,
+		MediaType:  r.mediaType().name,
 		JSONDepth:  depth,
 		Body:       r.body,
 	})
@@ -290,8 +311,8 @@ func jsonDepth(b []byte) int {
 // parse is stage 7: one JSON object.
 func parse(r *request) []rules.Violation {
 	if ct := r.c.GetHeader("Content-Type"); ct != "" {
-		mt, _, err := mime.ParseMediaType(ct)
-		if err != nil || !(mt == "application/json" || strings.HasSuffix(mt, "+json")) {
+		mt := r.mediaType()
+		if mt.err != nil || !(mt.name == "application/json" || strings.HasSuffix(mt.name, "+json")) {
 			return one(rules.New(rules.MessageNotJSON, "Content-Type must be application/json, not "+strconv.Quote(ct), ""))
 		}
 	}

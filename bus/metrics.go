@@ -13,6 +13,10 @@ type Metrics struct {
 	latency   *prometheus.HistogramVec
 	storeOps  *prometheus.HistogramVec
 	policyErr *prometheus.CounterVec
+	// api counts the other routes' answers: tokens, pulls and acks.
+	api       *prometheus.CounterVec
+	delivered *prometheus.CounterVec
+	acked     *prometheus.CounterVec
 }
 
 // NewMetrics registers the bus's metrics, with Go and process collectors,
@@ -38,8 +42,20 @@ func NewMetrics() *Metrics {
 			Name: "storybus_config_reload_errors_total",
 			Help: "Workspace configurations or policies that failed to load; the previous one stays in force.",
 		}, []string{"workspace"}),
+		api: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "storybus_api_requests_total",
+			Help: "Token, consumer pull and ack requests by workspace, route, HTTP status and rule (empty when answered 200).",
+		}, []string{"workspace", "route", "status", "rule"}),
+		delivered: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "storybus_consumer_delivered_messages_total",
+			Help: "Messages handed to consumers by the pull route, redeliveries included, by workspace and consumer.",
+		}, []string{"workspace", "consumer"}),
+		acked: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "storybus_consumer_acked_messages_total",
+			Help: "Deliveries acknowledged through the ack route, by workspace and consumer.",
+		}, []string{"workspace", "consumer"}),
 	}
-	m.Registry.MustRegister(m.requests, m.latency, m.storeOps, m.policyErr,
+	m.Registry.MustRegister(m.requests, m.latency, m.storeOps, m.policyErr, m.api, m.delivered, m.acked,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }
@@ -47,6 +63,12 @@ func NewMetrics() *Metrics {
 func (m *Metrics) observeRequest(workspace, status, rule string, d time.Duration) {
 	m.requests.WithLabelValues(workspace, status, rule).Inc()
 	m.latency.WithLabelValues(workspace, status).Observe(d.Seconds())
+}
+
+func (m *Metrics) observeAPI(route string) func(workspace, status, rule string, d time.Duration) {
+	return func(workspace, status, rule string, _ time.Duration) {
+		m.api.WithLabelValues(workspace, route, status, rule).Inc()
+	}
 }
 
 func (m *Metrics) storeObserver(workspace string) func(string, time.Duration) {

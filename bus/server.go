@@ -181,11 +181,12 @@ func (s *Server) routes() *gin.Engine {
 	r.NoRoute(missingAuthenticationToken)
 	r.NoMethod(missingAuthenticationToken)
 	v1 := r.Group("/v1/tenants/:tenant")
-	v1.POST("/messages", s.observePublish, s.recovery, s.publish)
-	v1.POST("/iam/messages", s.observePublish, s.recovery, s.publishIAM)
-	v1.POST("/tokens", s.token)
-	v1.GET("/consumers/:name/messages", s.consume)
-	v1.POST("/consumers/:name/acks", s.ack)
+	published := s.observe(s.metrics.observeRequest)
+	v1.POST("/messages", published, s.recovery, s.publish)
+	v1.POST("/iam/messages", published, s.recovery, s.publishIAM)
+	v1.POST("/tokens", s.observe(s.metrics.observeAPI("tokens")), s.recovery, s.token)
+	v1.GET("/consumers/:name/messages", s.observe(s.metrics.observeAPI("pull")), s.recovery, s.consume)
+	v1.POST("/consumers/:name/acks", s.observe(s.metrics.observeAPI("ack")), s.recovery, s.ack)
 	return r
 }
 

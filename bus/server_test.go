@@ -206,6 +206,17 @@ func decode(t testing.TB, res *http.Response) answer {
 }
 
 // post publishes body to the workspace with the token.
+// metrics scrapes the operations port's /metrics.
+func (h *harness) metrics(t testing.TB) string {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	h.srv.OpsHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("/metrics: %d", rec.Code)
+	}
+	return rec.Body.String()
+}
+
 func (h *harness) post(t testing.TB, ws, token string, body []byte) answer {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodPost, h.http.URL+"/v1/tenants/"+ws+"/messages", bytes.NewReader(body))
