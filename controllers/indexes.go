@@ -21,6 +21,9 @@ const (
 	// indexSecretNames indexes Connections by the Secrets they read: the
 	// credentials Secret and the IAM access key Secret.
 	indexSecretNames = "secretNames"
+	// indexExternalWorkspace indexes Tenants on external storage by their
+	// workspace id, which names their streams and buckets on the cluster.
+	indexExternalWorkspace = "externalWorkspaceID"
 )
 
 func addIndexes(ctx context.Context, fi client.FieldIndexer) error {
@@ -36,6 +39,15 @@ func addIndexes(ctx context.Context, fi client.FieldIndexer) error {
 	}
 	if err := fi.IndexField(ctx, &v1alpha1.OwnershipPolicy{}, indexTenantRef, func(o client.Object) []string {
 		return []string{o.(*v1alpha1.OwnershipPolicy).Spec.TenantRef.Name}
+	}); err != nil {
+		return err
+	}
+	if err := fi.IndexField(ctx, &v1alpha1.Tenant{}, indexExternalWorkspace, func(o client.Object) []string {
+		t := o.(*v1alpha1.Tenant)
+		if t.Spec.Storage == nil || t.Spec.Storage.External == nil {
+			return nil
+		}
+		return []string{t.EffectiveWorkspaceID()}
 	}); err != nil {
 		return err
 	}

@@ -42,9 +42,16 @@ func setConditions(obj v1alpha1.ConditionedObject, gen int64, cs []metav1.Condit
 }
 
 // summarize returns the Ready condition: the first of the types in order
-// that is not True decides it (a missing one means the operator has not
-// decided yet); when all are True, Ready is True.
+// that is False decides it; else the first that is Unknown or missing (the
+// operator has not decided yet) makes it Unknown; when all are True, Ready
+// is True. A known failure is reported even while another condition is
+// still undecided.
 func summarize(list []metav1.Condition, types ...string) metav1.Condition {
+	for _, t := range types {
+		if c := meta.FindStatusCondition(list, t); c != nil && c.Status == metav1.ConditionFalse {
+			return cond(v1alpha1.ConditionReady, metav1.ConditionFalse, c.Reason, "%s", c.Message)
+		}
+	}
 	var msgs []string
 	for _, t := range types {
 		c := meta.FindStatusCondition(list, t)
@@ -52,11 +59,7 @@ func summarize(list []metav1.Condition, types ...string) metav1.Condition {
 		case c == nil:
 			return cond(v1alpha1.ConditionReady, metav1.ConditionUnknown, v1alpha1.ReasonReconciling, "%s is not yet known", t)
 		case c.Status != metav1.ConditionTrue:
-			status := metav1.ConditionFalse
-			if c.Status == metav1.ConditionUnknown {
-				status = metav1.ConditionUnknown
-			}
-			return cond(v1alpha1.ConditionReady, status, c.Reason, "%s", c.Message)
+			return cond(v1alpha1.ConditionReady, metav1.ConditionUnknown, c.Reason, "%s", c.Message)
 		}
 		msgs = append(msgs, c.Message)
 	}

@@ -3,6 +3,7 @@ package controllers
 import (
 	"errors"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -230,5 +231,46 @@ func TestRotationRequest(t *testing.T) {
 	c.Annotations = nil
 	if got := rotationRequest(c, "3/x"); got != "3/x" {
 		t.Errorf("a removed annotation must not request a rotation: %q", got)
+	}
+}
+
+// A known failure decides Ready even while another condition is undecided.
+func TestSummarizePrefersAFailureToTheUnknown(t *testing.T) {
+	list := []metav1.Condition{
+		{Type: v1alpha1.ConditionAvailable, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonWorkspaceConflict, Message: "in the way"},
+	}
+	got := summarize(list, v1alpha1.ConditionConfigurationValid, v1alpha1.ConditionAvailable)
+	if got.Status != metav1.ConditionFalse || got.Reason != v1alpha1.ReasonWorkspaceConflict || got.Message != "in the way" {
+		t.Fatalf("%+v", got)
+	}
+	list[0].Status, list[0].Reason = metav1.ConditionTrue, v1alpha1.ReasonReplicasReady
+	if got := summarize(list, v1alpha1.ConditionConfigurationValid, v1alpha1.ConditionAvailable); got.Status != metav1.ConditionUnknown || got.Reason != v1alpha1.ReasonReconciling {
+		t.Fatalf("%+v", got)
+	}
+}
+
+func TestWorkspaceClaimOrder(t *testing.T) {
+	now := metav1.Now()
+	a := &v1alpha1.Tenant{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "x", CreationTimestamp: now}}
+	b := &v1alpha1.Tenant{ObjectMeta: metav1.ObjectMeta{Namespace: "b", Name: "x", CreationTimestamp: now}}
+	if !createdBefore(a, b) || createdBefore(b, a) {
+		t.Error("same second: the namespace decides, one way only")
+	}
+	b.CreationTimestamp = metav1.NewTime(now.Add(-time.Second))
+	if !createdBefore(b, a) || createdBefore(a, b) {
+		t.Error("the older Tenant comes first")
+	}
+	for _, tc := range []struct {
+		a, b string
+		want bool
+	}{
+		{"nats://a:4222,nats://b:4222", "nats://b:4222", true},
+		{"nats://a:4222", " NATS://A:4222/ ", true},
+		{"nats://a:4222", "nats://a:4223", false},
+		{"tls://a:4222", "nats://a:4222", false},
+	} {
+		if got := shareServer(tc.a, tc.b); got != tc.want {
+			t.Errorf("shareServer(%q, %q) = %v", tc.a, tc.b, got)
+		}
 	}
 }

@@ -59,6 +59,9 @@ type tenantScope struct {
 	compileErr  error
 	// conflict is an object in the way, not controlled by the Tenant.
 	conflict error
+	// workspaceConflict is an older Tenant using the workspace id on the
+	// same external NATS cluster.
+	workspaceConflict error
 	// sts is the StatefulSet as last observed; nil when not observed.
 	sts *appsv1.StatefulSet
 }
@@ -103,6 +106,7 @@ func (r *TenantReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ c
 		err = errors.Join(err, patchStatus(ctx, r.Client, r.Recorder, t, before))
 	}()
 	phases := []func(context.Context, *tenantScope) error{
+		r.claimWorkspace,
 		r.reconcileSigningKey,
 		r.compile,
 		r.reconcileSecretFiles,
@@ -422,6 +426,7 @@ func (r *TenantReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			return requestsFor(o.GetNamespace(), o.(*v1alpha1.OwnershipPolicy).Spec.TenantRef.Name)
 		})).
 		Watches(&v1alpha1.Grant{}, handler.EnqueueRequestsFromMapFunc(r.grantToTenant)).
+		Watches(&v1alpha1.Tenant{}, handler.EnqueueRequestsFromMapFunc(r.sameWorkspaceTenants)).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.secretToTenants)).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 			return requestsFor(o.GetNamespace(), o.GetLabels()[LabelTenant])

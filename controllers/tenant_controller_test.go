@@ -12,6 +12,8 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -401,6 +403,45 @@ func TestTenantExternalStorage(t *testing.T) {
 	}
 	update(t, ns, "scale", tn, func(tn *v1alpha1.Tenant) { tn.Spec.Replicas = new(int32(0)) })
 	waitCondition(t, ns, "scale", tn, tenantGen, v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonScaledToZero)
+}
+
+// TestTenantWorkspaceConflict proves that two Tenants cannot share a
+// workspace id on one external NATS cluster: the newer one gets no bus and
+// says why, and takes over when the older one is deleted. The same id on
+// another cluster is no conflict.
+func TestTenantWorkspaceConflict(t *testing.T) {
+	first, second, elsewhere := newNamespace(t), newNamespace(t), newNamespace(t)
+	external := func(url string) func(*v1alpha1.Tenant) {
+		return func(tn *v1alpha1.Tenant) {
+			tn.Spec.WorkspaceID = "shared-" + first
+			tn.Spec.Storage = &v1alpha1.TenantStorage{External: &v1alpha1.ExternalStorage{URL: url}}
+		}
+	}
+	create(t, newTenant(first, "desk", external("nats://a:4222,nats://b:4222")))
+	sts := &appsv1.StatefulSet{}
+	eventually(t, "first statefulset", func() error { return get(first, "desk-bus", sts) })
+	// Creation times have whole seconds; Tenants created in the same second
+	// are ordered by name instead. Let the first be older by the clock.
+	time.Sleep(time.Second)
+
+	create(t, newTenant(second, "desk", external("nats://c:4222, NATS://B:4222/")))
+	create(t, newTenant(elsewhere, "desk", external("nats://other:4222")))
+	tn := &v1alpha1.Tenant{}
+	waitCondition(t, second, "desk", tn, tenantGen, v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonWorkspaceConflict)
+	if msg := meta.FindStatusCondition(tn.Status.Conditions, v1alpha1.ConditionReady).Message; !strings.Contains(msg, first+"/desk") {
+		t.Errorf("message %q does not name the Tenant in the way", msg)
+	}
+	waitEvent(t, second, "Tenant", "desk", v1alpha1.ReasonWorkspaceConflict)
+	eventually(t, "a bus on the other cluster", func() error { return get(elsewhere, "desk-bus", &appsv1.StatefulSet{}) })
+	if err := get(second, "desk-bus", &appsv1.StatefulSet{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the conflicting Tenant got a bus: %v", err)
+	}
+
+	if err := k8s.Delete(context.Background(), newTenant(first, "desk")); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the waiting Tenant's bus", func() error { return get(second, "desk-bus", &appsv1.StatefulSet{}) })
+	waitCondition(t, second, "desk", tn, tenantGen, v1alpha1.ConditionAvailable, metav1.ConditionFalse, v1alpha1.ReasonReplicasNotReady)
 }
 
 // TestTenantNameConflict proves the operator never adopts an object it did

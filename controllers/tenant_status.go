@@ -19,6 +19,8 @@ type tenantObservation struct {
 	configHash  string
 	connections int
 	conflict    error
+	// workspaceConflict is an older Tenant on the workspace id.
+	workspaceConflict error
 	// stsObserved is true when the StatefulSet phase ran; ready is its
 	// number of ready replicas.
 	stsObserved bool
@@ -28,16 +30,17 @@ type tenantObservation struct {
 func observeTenant(s *tenantScope, clusterDomain string) tenantObservation {
 	t := s.tenant
 	o := tenantObservation{
-		generation:  t.Generation,
-		workspaceID: t.EffectiveWorkspaceID(),
-		endpoint:    endpoint(t, clusterDomain),
-		desired:     t.EffectiveReplicas(),
-		compiled:    s.configYAML != nil || s.compileErr != nil,
-		compileErr:  s.compileErr,
-		configHash:  s.configHash,
-		connections: s.connections,
-		conflict:    s.conflict,
-		stsObserved: s.sts != nil,
+		generation:        t.Generation,
+		workspaceID:       t.EffectiveWorkspaceID(),
+		endpoint:          endpoint(t, clusterDomain),
+		desired:           t.EffectiveReplicas(),
+		compiled:          s.configYAML != nil || s.compileErr != nil,
+		compileErr:        s.compileErr,
+		configHash:        s.configHash,
+		connections:       s.connections,
+		conflict:          s.conflict,
+		stsObserved:       s.sts != nil,
+		workspaceConflict: s.workspaceConflict,
 	}
 	if s.sts != nil {
 		o.ready = s.sts.Status.ReadyReplicas
@@ -60,6 +63,8 @@ func tenantConditions(o tenantObservation) []metav1.Condition {
 		}
 	}
 	switch {
+	case o.workspaceConflict != nil:
+		cs = append(cs, cond(v1alpha1.ConditionAvailable, metav1.ConditionFalse, v1alpha1.ReasonWorkspaceConflict, "%v", o.workspaceConflict))
 	case o.conflict != nil:
 		cs = append(cs, cond(v1alpha1.ConditionAvailable, metav1.ConditionFalse, v1alpha1.ReasonNameConflict, "%v", o.conflict))
 	case !o.stsObserved:

@@ -94,6 +94,10 @@ const (
 	// ReasonNameConflict: an object the operator would create already exists
 	// and is not controlled by this resource. The operator never adopts it.
 	ReasonNameConflict = "NameConflict"
+	// ReasonWorkspaceConflict: an older Tenant already uses the same
+	// workspace id on the same external NATS cluster, whose streams and
+	// buckets are named by workspace id. This Tenant's bus is not started.
+	ReasonWorkspaceConflict = "WorkspaceConflict"
 	// ReasonReplicasReady: every desired replica is ready.
 	ReasonReplicasReady = "ReplicasReady"
 	// ReasonReplicasNotReady: fewer replicas are ready than desired.
