@@ -35,6 +35,12 @@ CONTROLLER_GEN_OBJECT := object:headerFile=hack/boilerplate.go.txt paths=./api/.
 $(CONTROLLER_GEN): hack/tools/controller-gen/go.mod hack/tools/controller-gen/go.sum
 	cd hack/tools/controller-gen && GOWORK=off CGO_ENABLED=0 GOFLAGS=-mod=readonly $(GO) build -trimpath -o $(CONTROLLER_GEN) sigs.k8s.io/controller-tools/cmd/controller-gen
 
+# staticcheck, likewise, comes from hack/tools/staticcheck.
+STATICCHECK := $(BIN)/staticcheck
+
+$(STATICCHECK): hack/tools/staticcheck/go.mod hack/tools/staticcheck/go.sum
+	cd hack/tools/staticcheck && GOWORK=off CGO_ENABLED=0 GOFLAGS=-mod=readonly $(GO) build -trimpath -o $(STATICCHECK) honnef.co/go/tools/cmd/staticcheck
+
 .PHONY: manifests
 manifests: $(CONTROLLER_GEN) ## Generate the CRDs (config/crd/bases), RBAC (config/rbac) and deepcopy code of api/.
 	$(CONTROLLER_GEN) $(CONTROLLER_GEN_OBJECT)
@@ -78,9 +84,10 @@ fuzz: ## Fuzz the parsers and the publish handler for FUZZTIME each.
 	$(GO) test -run='^$$' -fuzz='^FuzzPublish$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=$(FUZZMINIMIZETIME) ./bus/
 
 .PHONY: lint
-lint: ## gofmt and go vet.
+lint: $(STATICCHECK) ## gofmt, go vet and staticcheck.
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(STATICCHECK) ./...
 
 .PHONY: scale
 scale: tools ## Reconcile 500 Tenants with 5,000 Connections against envtest: time to Ready and the operator's memory.

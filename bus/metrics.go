@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 )
 
 // Metrics are the bus's Prometheus metrics.
@@ -56,7 +57,7 @@ func NewMetrics() *Metrics {
 		}, []string{"workspace", "consumer"}),
 	}
 	m.Registry.MustRegister(m.requests, m.latency, m.storeOps, m.policyErr, m.api, m.delivered, m.acked,
-		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 

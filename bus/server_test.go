@@ -124,14 +124,6 @@ func (a answer) rule() string {
 	return a.Violations[0].Rule
 }
 
-func (a answer) rules() []string {
-	var ids []string
-	for _, v := range a.Violations {
-		ids = append(ids, v.Rule)
-	}
-	return ids
-}
-
 // checkShape fails unless the answer is in one of the documented shapes,
 // with catalogued rules and their catalogued status.
 func checkShape(t testing.TB, a answer) {

@@ -172,7 +172,7 @@ func (r *ConnectionReconciler) reconcileCredentials(ctx context.Context, s *conn
 		return fmt.Errorf("get credentials secret: %w", err)
 	default:
 		if ref := metav1.GetControllerOf(sec); ref != nil && ref.UID != c.UID {
-			s.inUse = fmt.Errorf("Secret %s is controlled by %s %s", name, ref.Kind, ref.Name)
+			s.inUse = fmt.Errorf("the Secret %s is controlled by %s %s", name, ref.Kind, ref.Name)
 			return reconcile.TerminalError(s.inUse)
 		}
 		if err := r.updateCredentials(ctx, c, sec, now); err != nil {

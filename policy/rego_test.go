@@ -26,7 +26,7 @@ func TestRego(t *testing.T) {
 		}
 		modules[name] = m
 	}
-	ch, err := tester.NewRunner().SetModules(modules).Run(context.Background(), modules)
+	ch, err := tester.NewRunner().SetModules(modules).RunTests(context.Background(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -157,7 +157,3 @@ type ConnectionList struct {
 	// Items are the Connections.
 	Items []Connection `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&Connection{}, &ConnectionList{})
-}

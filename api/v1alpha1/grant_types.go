@@ -96,7 +96,3 @@ type GrantList struct {
 	// Items are the Grants.
 	Items []Grant `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&Grant{}, &GrantList{})
-}

@@ -9,8 +9,9 @@
 package v1alpha1
 
 import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"sigs.k8s.io/controller-runtime/pkg/scheme"
 )
 
 var (
@@ -18,8 +19,20 @@ var (
 	GroupVersion = schema.GroupVersion{Group: "bus.storybus.io", Version: "v1alpha1"}
 
 	// SchemeBuilder registers the kinds of this package with a scheme.
-	SchemeBuilder = &scheme.Builder{GroupVersion: GroupVersion}
+	SchemeBuilder = runtime.NewSchemeBuilder(addKnownTypes)
 
 	// AddToScheme adds the kinds of this package to a scheme.
 	AddToScheme = SchemeBuilder.AddToScheme
 )
+
+// addKnownTypes registers the four kinds and their lists under GroupVersion.
+func addKnownTypes(s *runtime.Scheme) error {
+	s.AddKnownTypes(GroupVersion,
+		&Tenant{}, &TenantList{},
+		&Connection{}, &ConnectionList{},
+		&Grant{}, &GrantList{},
+		&OwnershipPolicy{}, &OwnershipPolicyList{},
+	)
+	metav1.AddToGroupVersion(s, GroupVersion)
+	return nil
+}

@@ -111,7 +111,3 @@ type OwnershipPolicyList struct {
 	// Items are the OwnershipPolicies.
 	Items []OwnershipPolicy `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&OwnershipPolicy{}, &OwnershipPolicyList{})
-}

@@ -317,7 +317,3 @@ type TenantList struct {
 	// Items are the Tenants.
 	Items []Tenant `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&Tenant{}, &TenantList{})
-}

@@ -29,7 +29,7 @@ func WriteVolume(dir string, files map[string][]byte, mode os.FileMode) error {
 	}
 	for name := range files {
 		if name == "" || strings.ContainsRune(name, '/') || strings.HasPrefix(name, "..") {
-			return fmt.Errorf("volume file name %q: must be a plain name not starting with ..", name)
+			return fmt.Errorf("volume file name %q: must be a plain name, not starting with \"..\"", name)
 		}
 	}
 	oldData, _ := os.Readlink(filepath.Join(dir, dataLink))
