@@ -11,6 +11,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"regexp"
 	"slices"
@@ -81,11 +82,59 @@ type Delivery struct {
 // AckRequest is the body of POST …/consumers/{name}/acks.
 type AckRequest struct {
 	AckIDs []string `json:"ack_ids"`
+	// Action is what to do with the deliveries: AckActionAck (the
+	// default), AckActionNak, AckActionInProgress or AckActionTerm.
+	Action string `json:"action,omitempty"`
+	// Delay is how long a nak waits before the redelivery (a Go duration
+	// or whole seconds, at most MaxNakDelay); none redelivers at once.
+	Delay string `json:"delay,omitempty"`
 }
+
+// The actions of an acknowledgement.
+const (
+	// AckActionAck: handled, never deliver again.
+	AckActionAck = "ack"
+	// AckActionNak: not handled, deliver again (after Delay).
+	AckActionNak = "nak"
+	// AckActionInProgress: still being handled; the ack timeout starts
+	// again.
+	AckActionInProgress = "in_progress"
+	// AckActionTerm: never deliver again, without having handled it (a
+	// message the consumer can never handle).
+	AckActionTerm = "term"
+)
+
+// MaxNakDelay is the longest redelivery delay a nak may ask for.
+const MaxNakDelay = time.Hour
 
 // AckResponse answers an acknowledgement.
 type AckResponse struct {
+	// Acked is how many ack_ids the action was applied to.
 	Acked int `json:"acked"`
+	// Action is the action applied, when it was not a plain ack.
+	Action string `json:"action,omitempty"`
+}
+
+// ackPayload returns the JetStream acknowledgement body of an action.
+func (r AckRequest) ackPayload() ([]byte, string, bool) {
+	switch r.Action {
+	case "", AckActionAck:
+		return []byte("+ACK"), AckActionAck, r.Delay == ""
+	case AckActionNak:
+		if r.Delay == "" {
+			return []byte("-NAK"), AckActionNak, true
+		}
+		d, err := parseWait(r.Delay)
+		if err != nil || d < 0 || d > MaxNakDelay {
+			return nil, "", false
+		}
+		return fmt.Appendf(nil, `-NAK {"delay":%d}`, d.Nanoseconds()), AckActionNak, true
+	case AckActionInProgress:
+		return []byte("+WPI"), AckActionInProgress, r.Delay == ""
+	case AckActionTerm:
+		return []byte("+TERM"), AckActionTerm, r.Delay == ""
+	}
+	return nil, "", false
 }
 
 // consumeRequest is one request to a consumer route as it passes the
@@ -445,6 +494,11 @@ func (s *Server) ack(c *gin.Context) {
 		refuse(c, 0, rules.New(rules.ConsumerRequestInvalid, `send {"ack_ids":[…]} with 1 to `+strconv.Itoa(MaxAckIDs)+` ack_ids`, ""))
 		return
 	}
+	payload, action, ok := req.ackPayload()
+	if !ok {
+		refuse(c, 0, rules.New(rules.ConsumerRequestInvalid, `action is ack (the default), nak, in_progress or term; only nak takes a delay, from 0s to `+MaxNakDelay.String(), "/action"))
+		return
+	}
 	subjects := make([]string, len(req.AckIDs))
 	for i, id := range req.AckIDs {
 		subj, ok := ackSubject(r.ws.id, r.name, id)
@@ -463,24 +517,28 @@ func (s *Server) ack(c *gin.Context) {
 		refuse(c, 0, *v)
 		return
 	}
-	if err := s.acknowledge(c.Request.Context(), subjects); err != nil {
+	if err := s.acknowledge(c.Request.Context(), subjects, payload); err != nil {
 		s.consumerUnavailable(c, r, "ack", err)
 		return
 	}
-	s.metrics.acked.WithLabelValues(r.ws.id, r.name).Add(float64(len(subjects)))
-	writeJSON(c, http.StatusOK, AckResponse{Acked: len(subjects)})
+	s.metrics.acked.WithLabelValues(r.ws.id, r.name, action).Add(float64(len(subjects)))
+	res := AckResponse{Acked: len(subjects)}
+	if action != AckActionAck {
+		res.Action = action
+	}
+	writeJSON(c, http.StatusOK, res)
 }
 
-// acknowledge acknowledges every delivery and waits for the store to
-// confirm each.
-func (s *Server) acknowledge(ctx context.Context, subjects []string) error {
+// acknowledge sends payload (an acknowledgement of JetStream's protocol)
+// for every delivery and waits for the store to confirm each.
+func (s *Server) acknowledge(ctx context.Context, subjects []string, payload []byte) error {
 	ctx, cancel := context.WithTimeout(ctx, ackTimeout)
 	defer cancel()
 	errs := make([]error, len(subjects))
 	var wg sync.WaitGroup
 	for i, subj := range subjects {
 		wg.Go(func() {
-			_, errs[i] = s.opts.Store.Conn.RequestWithContext(ctx, subj, []byte("+ACK"))
+			_, errs[i] = s.opts.Store.Conn.RequestWithContext(ctx, subj, payload)
 		})
 	}
 	wg.Wait()

@@ -178,7 +178,7 @@ func TestConsumeDeliversMessagesExactlyAsAccepted(t *testing.T) {
 	metrics := h.metrics(t)
 	for _, want := range []string{
 		`storybus_consumer_delivered_messages_total{consumer="web",workspace="newsroom"} 2`,
-		`storybus_consumer_acked_messages_total{consumer="web",workspace="newsroom"} 3`,
+		`storybus_consumer_acked_messages_total{action="ack",consumer="web",workspace="newsroom"} 3`,
 		`storybus_api_requests_total{route="ack",rule="",status="200",workspace="newsroom"} 2`,
 		`storybus_api_requests_total{route="ack",rule="consumer.ack_invalid",status="400",workspace="newsroom"} 1`,
 		`storybus_api_requests_total{route="tokens",rule="",status="200",workspace="newsroom"} 2`,
@@ -421,5 +421,97 @@ func TestAckIDsAreVerifiedToBelongToTheConsumer(t *testing.T) {
 	}
 	if n, a := h.ackIDs(t, "newsroom", "one", all, again.AckID); a.Status != http.StatusOK || n != 1 {
 		t.Fatalf("ack: %d %d %s", n, a.Status, a.Raw)
+	}
+}
+
+// The ack route's actions: a nak redelivers at once or after its delay, a
+// term never redelivers, in_progress holds a delivery past the ack timeout.
+func TestAckActions(t *testing.T) {
+	defer bus.SetConsumerAckWait(3 * time.Second)()
+	h := newConsumeHarness(t)
+	cms := h.token(t, "newsroom", "cms", cmsSecret)
+	reader := h.token(t, "newsroom", "reader", readerSecret)
+	act := func(name string, d bus.Delivery, action, delay string) {
+		t.Helper()
+		body, _ := json.Marshal(bus.AckRequest{AckIDs: []string{d.AckID}, Action: action, Delay: delay})
+		if n, a := h.ackRaw(t, "newsroom", name, reader, body); a.Status != http.StatusOK || n != 1 {
+			t.Fatalf("%s: %d %d %s", action, n, a.Status, a.Raw)
+		}
+	}
+	// Every consumer starts with the oldest message: each takes its own
+	// story's message of the four and acknowledges the others.
+	stories := []string{"story-nak", "story-term", "story-wpi", "story-bad"}
+	for _, story := range stories {
+		expect(t, h.post(t, "newsroom", cms, snapshot("", story, 1, "cms")), http.StatusAccepted, "")
+	}
+	take := func(name, story string) bus.Delivery {
+		t.Helper()
+		var mine bus.Delivery
+		for _, d := range h.pullUntil(t, "newsroom", name, reader, "max=10", len(stories)) {
+			if bytes.Contains(d.Message, []byte(`"`+story+`"`)) {
+				mine = d
+			} else {
+				act(name, d, bus.AckActionAck, "")
+			}
+		}
+		if mine.AckID == "" {
+			t.Fatalf("%s: no message of %s", name, story)
+		}
+		return mine
+	}
+	nothing := func(name string) {
+		t.Helper()
+		if p, a := h.pull(t, "newsroom", name, reader, "wait=1s"); a.Status != http.StatusOK || len(p.Messages) != 0 {
+			t.Fatalf("%s: delivered %+v (%d)", name, p.Messages, a.Status)
+		}
+	}
+
+	t.Run("nak", func(t *testing.T) {
+		d := take("nak", "story-nak")
+		act("nak", d, bus.AckActionNak, "")
+		again := h.pullUntil(t, "newsroom", "nak", reader, "max=1", 1)[0]
+		if again.MessageID != d.MessageID || again.Delivery != 2 {
+			t.Fatalf("after a nak: %+v", again)
+		}
+		act("nak", again, bus.AckActionNak, "1m")
+		nothing("nak")
+	})
+	t.Run("term", func(t *testing.T) {
+		d := take("term", "story-term")
+		act("term", d, bus.AckActionTerm, "")
+		nothing("term")
+	})
+	t.Run("in_progress", func(t *testing.T) {
+		d := take("wpi", "story-wpi")
+		// Twice the ack timeout, with a progress report every 500 ms.
+		for range 12 {
+			time.Sleep(500 * time.Millisecond)
+			act("wpi", d, bus.AckActionInProgress, "")
+		}
+		nothing("wpi")
+		act("wpi", d, bus.AckActionAck, "")
+	})
+	t.Run("refused", func(t *testing.T) {
+		d := take("bad", "story-bad")
+		for _, req := range []bus.AckRequest{
+			{Action: "retry"}, {Action: bus.AckActionAck, Delay: "1s"}, {Action: bus.AckActionTerm, Delay: "1s"},
+			{Action: bus.AckActionNak, Delay: "2h"}, {Action: bus.AckActionNak, Delay: "-1s"}, {Action: bus.AckActionNak, Delay: "soon"},
+		} {
+			req.AckIDs = []string{d.AckID}
+			body, _ := json.Marshal(req)
+			_, a := h.ackRaw(t, "newsroom", "bad", reader, body)
+			expect(t, a, http.StatusBadRequest, rules.ConsumerRequestInvalid)
+		}
+	})
+	metrics := h.metrics(t)
+	for _, want := range []string{
+		`storybus_consumer_acked_messages_total{action="nak",consumer="nak",workspace="newsroom"} 2`,
+		`storybus_consumer_acked_messages_total{action="ack",consumer="nak",workspace="newsroom"} 3`,
+		`storybus_consumer_acked_messages_total{action="term",consumer="term",workspace="newsroom"} 1`,
+		`storybus_consumer_acked_messages_total{action="in_progress",consumer="wpi",workspace="newsroom"} 12`,
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("metrics lack %s", want)
+		}
 	}
 }

@@ -53,8 +53,8 @@ func NewMetrics() *Metrics {
 		}, []string{"workspace", "consumer"}),
 		acked: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "storybus_consumer_acked_messages_total",
-			Help: "Deliveries acknowledged through the ack route, by workspace and consumer.",
-		}, []string{"workspace", "consumer"}),
+			Help: "Deliveries answered through the ack route, by workspace, consumer and action (ack, nak, in_progress, term).",
+		}, []string{"workspace", "consumer", "action"}),
 	}
 	m.Registry.MustRegister(m.requests, m.latency, m.storeOps, m.policyErr, m.api, m.delivered, m.acked,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -223,6 +223,63 @@ func TestConsumerAgainstTheBus(t *testing.T) {
 	}
 }
 
+// Nak, InProgress and Term reach the bus's ack route with their actions.
+func TestConsumerSettlesDeliveries(t *testing.T) {
+	b := newTestBus(t)
+	s := newSetup(t, b.URL, b.clock)
+	for _, story := range []string{"story-n", "story-t"} {
+		if _, err := s.client.Publish(context.Background(), snapshot(t, "", story, 1, "draft")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := client.NewConsumer(client.ConsumerOptions{
+		URL: b.URL, Workspace: workspaceID, Name: "settle", Wait: time.Second, Max: 10,
+		Tokens: &client.ClientCredentials{URL: b.URL, Workspace: workspaceID, ClientID: "reader", ClientSecret: readerSecret},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	fetch := func(n int) []client.Delivery {
+		t.Helper()
+		var got []client.Delivery
+		for deadline := time.Now().Add(20 * time.Second); len(got) < n && time.Now().Before(deadline); {
+			ds, err := c.Fetch(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, ds...)
+		}
+		if len(got) != n {
+			t.Fatalf("fetched %d of %d", len(got), n)
+		}
+		return got
+	}
+	ds := fetch(2)
+	if err := c.InProgress(ctx, ds...); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Nak(ctx, 0, ds[0]); err != nil {
+		t.Fatal(err)
+	}
+	again := fetch(1)[0]
+	if again.MessageID != ds[0].MessageID || again.Delivery != 2 {
+		t.Fatalf("after a nak: %+v", again)
+	}
+	if err := c.Term(ctx, again); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Nak(ctx, time.Minute, ds[1]); err != nil {
+		t.Fatal(err)
+	}
+	if rest, err := c.Fetch(ctx); err != nil || len(rest) != 0 {
+		t.Fatalf("delivered again: %+v %v", rest, err)
+	}
+	if err := c.Nak(ctx, 2*time.Hour, ds[1]); client.RuleOf(err) != "consumer.request_invalid" {
+		t.Fatalf("a delay over an hour: %v", err)
+	}
+}
+
 func TestDedupIsBounded(t *testing.T) {
 	clock := newFakeClock()
 	d := client.NewDedup(3, time.Hour, clock)

@@ -145,13 +145,47 @@ func (c *Consumer) Fetch(ctx context.Context) ([]Delivery, error) {
 
 // Ack acknowledges deliveries: they are not delivered again.
 func (c *Consumer) Ack(ctx context.Context, ds ...Delivery) error {
+	return c.settle(ctx, ackRequest{Action: "ack"}, ds)
+}
+
+// Nak gives deliveries back unhandled: they are delivered again after
+// delay (0: at once; at most an hour).
+func (c *Consumer) Nak(ctx context.Context, delay time.Duration, ds ...Delivery) error {
+	r := ackRequest{Action: "nak"}
+	if delay > 0 {
+		r.Delay = delay.String()
+	}
+	return c.settle(ctx, r, ds)
+}
+
+// InProgress reports that deliveries are still being handled: their ack
+// timeout (30 s) starts again.
+func (c *Consumer) InProgress(ctx context.Context, ds ...Delivery) error {
+	return c.settle(ctx, ackRequest{Action: "in_progress"}, ds)
+}
+
+// Term gives up on deliveries the consumer can never handle: they are not
+// delivered again, as if acknowledged.
+func (c *Consumer) Term(ctx context.Context, ds ...Delivery) error {
+	return c.settle(ctx, ackRequest{Action: "term"}, ds)
+}
+
+// ackRequest is the body of the ack route.
+type ackRequest struct {
+	AckIDs []string `json:"ack_ids"`
+	Action string   `json:"action,omitempty"`
+	Delay  string   `json:"delay,omitempty"`
+}
+
+// settle sends r's action for deliveries, at most 1,000 per request.
+func (c *Consumer) settle(ctx context.Context, r ackRequest, ds []Delivery) error {
 	for len(ds) > 0 {
 		n := min(len(ds), 1000)
-		ids := make([]string, n)
+		r.AckIDs = make([]string, n)
 		for i, d := range ds[:n] {
-			ids[i] = d.AckID
+			r.AckIDs[i] = d.AckID
 		}
-		body, _ := json.Marshal(map[string][]string{"ack_ids": ids})
+		body, _ := json.Marshal(r)
 		if _, err := c.call(ctx, request{method: http.MethodPost, path: "/consumers/" + c.o.Name + "/acks", body: body}); err != nil {
 			return err
 		}

@@ -146,7 +146,7 @@ var policyRules = []Rule{
 		Meaning: "The message_type is outside the connection's grants.",
 		Fix:     "Configuration: ask a workspace admin to extend the Grant."},
 	{ID: ConsumerRequestInvalid, Status: http.StatusBadRequest, Source: SourcePolicy, Stage: 7, Retry: retryNo,
-		Meaning: "Consumer routes only: the request is malformed. A consumer name that is not 1 to 64 letters, digits, '-' or '_', a max outside 1 to 100, a wait that is not a duration from 0s to 20s, an unknown family, or an acks body that is not {\"ack_ids\":[…]} with 1 to 1,000 ids.",
+		Meaning: "Consumer routes only: the request is malformed. A consumer name that is not 1 to 64 letters, digits, '-' or '_', a max outside 1 to 100, a wait that is not a duration from 0s to 20s, an unknown family, an acks body that is not {\"ack_ids\":[…]} with 1 to 1,000 ids, or an ack action other than ack, nak, in_progress and term (only nak takes a delay, up to 1h).",
 		Fix:     "A bug in the consumer: send the parameters the consumer API documents."},
 	{ID: ConsumerAckInvalid, Status: http.StatusBadRequest, Source: SourcePolicy, Stage: 7, Retry: retryNo,
 		Meaning: "Consumer routes only: an ack_id is malformed, or was not issued to this consumer of this workspace. Nothing in the request was acknowledged.",
