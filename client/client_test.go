@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -370,5 +373,76 @@ func TestMessageKeepsItsBytes(t *testing.T) {
 	a, _ := client.NewMessage([]byte(`{"message_id":"a","message_type":"asset.reference","payload":{"asset_id":"img-1"}}`))
 	if a.Key() != "asset:img-1" {
 		t.Fatalf("asset key %s", a.Key())
+	}
+}
+
+// An OpenDedup file keeps the handled ids across a restart, within the
+// window and the size, skips a torn last line, and is rewritten before it
+// grows past twice the size.
+func TestDedupFileSurvivesARestart(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "seen")
+	clock := newFakeClock()
+	d, err := client.OpenDedup(path, 3, time.Hour, clock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"a", "b"} {
+		if err := d.Done(id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clock.Advance(30 * time.Minute)
+	if err := d.Done("c"); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The process stopped in the middle of a line.
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString("17"); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+
+	reopen := func() *client.Dedup {
+		t.Helper()
+		d, err := client.OpenDedup(path, 3, time.Hour, clock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { d.Close() })
+		return d
+	}
+	d = reopen()
+	if !d.Seen("a") || !d.Seen("b") || !d.Seen("c") || d.Len() != 3 {
+		t.Fatalf("after a restart: a %v b %v c %v len %d", d.Seen("a"), d.Seen("b"), d.Seen("c"), d.Len())
+	}
+	// a and b leave the window; c stays.
+	clock.Advance(45 * time.Minute)
+	d.Close()
+	d = reopen()
+	if d.Seen("a") || d.Seen("b") || !d.Seen("c") || d.Len() != 1 {
+		t.Fatalf("after the window: a %v b %v c %v len %d", d.Seen("a"), d.Seen("b"), d.Seen("c"), d.Len())
+	}
+	for i := range 20 {
+		if err := d.Done("id-" + strconv.Itoa(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lines := bytes.Count(b, []byte("\n")); lines > 6 {
+		t.Fatalf("the file has %d lines for a size of 3", lines)
+	}
+	d.Close()
+	d = reopen()
+	if !d.Seen("id-19") || !d.Seen("id-17") || d.Seen("id-16") || d.Seen("c") {
+		t.Fatal("the rewritten file does not hold the newest ids")
 	}
 }

@@ -36,7 +36,8 @@ type ConsumerOptions struct {
 	// default 20 s. NoWait makes every pull return at once.
 	Wait   time.Duration
 	NoWait bool
-	// Dedup drops redelivered messages; default NewDedup(0, 0, Clock).
+	// Dedup drops redelivered messages; default NewDedup(0, 0, Clock), in
+	// memory. OpenDedup's keeps them across restarts.
 	Dedup *Dedup
 	// Retry paces the pulls after failures (the attempts are not bounded:
 	// Run keeps pulling until its context ends).
@@ -261,7 +262,9 @@ func (c *Consumer) Run(ctx context.Context, h Handler) error {
 				continue
 			}
 			if d.MessageID != "" {
-				c.dedup.Done(d.MessageID)
+				if err := c.dedup.Done(d.MessageID); err != nil {
+					c.report(err)
+				}
 			}
 			done = append(done, d)
 		}

@@ -75,3 +75,21 @@ func (l *lru[V]) len() int {
 	defer l.mu.Unlock()
 	return l.order.Len()
 }
+
+// lruEntry is a key and when it was added.
+type lruEntry struct {
+	key   string
+	added time.Time
+}
+
+// oldestFirst returns the keys in the order they were added.
+func (l *lru[V]) oldestFirst() []lruEntry {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]lruEntry, 0, l.order.Len())
+	for el := l.order.Back(); el != nil; el = el.Prev() {
+		it := el.Value.(*lruItem[V])
+		out = append(out, lruEntry{key: it.key, added: it.added})
+	}
+	return out
+}

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -207,5 +208,15 @@ func TestConsumeCommand(t *testing.T) {
 	}
 	if code, _, _ := run(t, "", append([]string{"consume"}, flags...)...); code != ExitUsage {
 		t.Fatalf("no name: %d", code)
+	}
+
+	// With --dedup-file, a message printed by one run is not printed by
+	// the next, even under a new consumer name that receives it again.
+	dedup := filepath.Join(t.TempDir(), "seen")
+	for i, want := range []int{1, 0} {
+		code, out, errOut := run(t, "", append([]string{"consume", "replay-" + strconv.Itoa(i), "--once", "--wait", "2s", "--dedup-file", dedup}, flags...)...)
+		if code != ExitOK || strings.Count(out, "\n") != want {
+			t.Fatalf("run %d: %d %q %q", i, code, out, errOut)
+		}
 	}
 }

@@ -20,6 +20,8 @@ type ConsumeOptions struct {
 	Wait     time.Duration
 	Count    int
 	Once     bool
+	// DedupFile keeps the handled message_ids across runs.
+	DedupFile string
 }
 
 // ConsumeLine is the line of JSON printed for every message: the delivery,
@@ -40,9 +42,9 @@ func newConsumeCommand() *cobra.Command {
 		Long: "consume pulls the workspace's messages over the bus's HTTP pull API as the consumer NAME, a durable\n" +
 			"subscription that carries on where it left off, and prints one line of JSON per message on stdout:\n" +
 			"message_id, message_type, family, delivery and the message. A message is acknowledged once its\n" +
-			"line is written; a message delivered again is printed once. It runs until interrupted, after\n" +
-			"--count messages, or after one pull with --once. Failed pulls (no answer, 429, 5xx) are retried\n" +
-			"with backoff, except with --once.\n\n" +
+			"line is written; a message delivered again is printed once (across runs too, with --dedup-file).\n" +
+			"It runs until interrupted, after --count messages, or after one pull with --once. Failed pulls\n" +
+			"(no answer, 429, 5xx) are retried with backoff, except with --once.\n\n" +
 			"Exit codes: 0 success or interrupted; 1 error; 2 usage; 3 refused (400, 409: a bad request, or a\n" +
 			"consumer name of another connection); 4 not allowed (401 after a fresh token, 403: a family\n" +
 			"outside the grant); 5 --once, and the pull got no answer or 429/5xx.",
@@ -59,9 +61,18 @@ func newConsumeCommand() *cobra.Command {
 			if o.Max < 1 || o.Max > 100 || o.Wait < 0 || o.Wait > 20*time.Second || o.Count < 0 {
 				return usageError{errors.New("--max is 1 to 100, --wait 0s to 20s, --count 0 or more")}
 			}
+			var dedup *client.Dedup
+			if o.DedupFile != "" {
+				d, err := client.OpenDedup(o.DedupFile, 0, 0, nil)
+				if err != nil {
+					return err
+				}
+				defer d.Close()
+				dedup = d
+			}
 			c, err := client.NewConsumer(client.ConsumerOptions{
 				URL: o.URL, Workspace: o.Workspace, Name: args[0], Families: o.Families,
-				Tokens: o.tokens(), Max: o.Max, Wait: o.Wait, NoWait: o.Wait == 0,
+				Tokens: o.tokens(), Max: o.Max, Wait: o.Wait, NoWait: o.Wait == 0, Dedup: dedup,
 				OnError: func(err error) { fmt.Fprintln(cmd.ErrOrStderr(), "storybus: retrying:", err) },
 			})
 			if err != nil {
@@ -103,6 +114,7 @@ func newConsumeCommand() *cobra.Command {
 	f.DurationVar(&o.Wait, "wait", 20*time.Second, "how long a pull waits for a first message, 0s to 20s")
 	f.IntVar(&o.Count, "count", 0, "stop after this many messages (0: run until interrupted)")
 	f.BoolVar(&o.Once, "once", false, "pull once, print and acknowledge what came, and stop")
+	f.StringVar(&o.DedupFile, "dedup-file", "", "a file that keeps the printed message_ids (24 hours, 100,000 at most), so that a message delivered again after a restart is not printed twice")
 	return cmd
 }
 
@@ -121,7 +133,9 @@ func consumeOnce(ctx context.Context, c *client.Consumer, print func(client.Deli
 		if err := print(d); err != nil {
 			return err
 		}
-		c.Dedup().Done(d.MessageID)
+		if err := c.Dedup().Done(d.MessageID); err != nil {
+			return err
+		}
 		done = append(done, d)
 	}
 	return c.Ack(ctx, done...)
