@@ -163,19 +163,27 @@ func (s *Server) observe(record func(workspace, status, rule string, d time.Dura
 // readBody is stage 2: the body, read bounded, never whole into memory
 // before its size is known.
 func (s *Server) readBody(r *request) []rules.Violation {
-	tooLarge := one(rules.New(rules.MessageTooLarge, "the body is over 240,000 bytes", ""))
-	if r.c.Request.ContentLength > MaxBodyBytes {
-		return tooLarge
+	tooLarge := func() []rules.Violation {
+		return one(rules.New(rules.MessageTooLarge, "the body is over 240,000 bytes", ""))
 	}
-	size := MaxBodyBytes + 1
-	if n := r.c.Request.ContentLength; n >= 0 {
-		size = int(n) + 1
+	n := r.c.Request.ContentLength
+	if n > MaxBodyBytes {
+		return tooLarge()
 	}
-	body, err := io.ReadAll(io.LimitReader(r.c.Request.Body, int64(size)))
+	var body []byte
+	var err error
+	if n >= 0 {
+		// The server ends a body after its Content-Length: read it into a
+		// buffer of that size, without growing one.
+		body = make([]byte, n)
+		_, err = io.ReadFull(r.c.Request.Body, body)
+	} else {
+		body, err = io.ReadAll(io.LimitReader(r.c.Request.Body, MaxBodyBytes+1))
+	}
 	var maxErr *http.MaxBytesError
 	switch {
 	case errors.As(err, &maxErr) || len(body) > MaxBodyBytes:
-		return tooLarge
+		return tooLarge()
 	case err != nil:
 		return one(rules.New(rules.MessageNotJSON, "the body could not be read: "+err.Error(), ""))
 	}
