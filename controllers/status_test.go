@@ -6,6 +6,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	"github.com/storybus/storybus/api/v1alpha1"
 )
@@ -271,6 +272,30 @@ func TestWorkspaceClaimOrder(t *testing.T) {
 	} {
 		if got := shareServer(tc.a, tc.b); got != tc.want {
 			t.Errorf("shareServer(%q, %q) = %v", tc.a, tc.b, got)
+		}
+	}
+}
+
+// Only a Connection change that can change the Tenant's configuration
+// reconciles the Tenant.
+func TestConnectionChangesTenant(t *testing.T) {
+	base := &v1alpha1.Connection{ObjectMeta: metav1.ObjectMeta{Name: "cms", Generation: 1}}
+	rotated := metav1.Now()
+	for name, tc := range map[string]struct {
+		change func(*v1alpha1.Connection)
+		want   bool
+	}{
+		"spec":        {func(c *v1alpha1.Connection) { c.Generation = 2 }, true},
+		"rotation":    {func(c *v1alpha1.Connection) { c.Status.CredentialsRotatedAt = &rotated }, true},
+		"deletion":    {func(c *v1alpha1.Connection) { c.DeletionTimestamp = &rotated }, true},
+		"conditions":  {func(c *v1alpha1.Connection) { c.Status.Conditions = []metav1.Condition{{Type: "Ready"}} }, false},
+		"client id":   {func(c *v1alpha1.Connection) { c.Status.ClientID = "cms-1" }, false},
+		"annotations": {func(c *v1alpha1.Connection) { c.Annotations = map[string]string{"a": "b"} }, false},
+	} {
+		cur := base.DeepCopy()
+		tc.change(cur)
+		if got := connectionChangesTenant.Update(event.UpdateEvent{ObjectOld: base, ObjectNew: cur}); got != tc.want {
+			t.Errorf("%s: %v, want %v", name, got, tc.want)
 		}
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -421,7 +422,7 @@ func (r *TenantReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&policyv1.PodDisruptionBudget{}).
 		Watches(&v1alpha1.Connection{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 			return requestsFor(o.GetNamespace(), o.(*v1alpha1.Connection).Spec.TenantRef.Name)
-		})).
+		}), builder.WithPredicates(connectionChangesTenant)).
 		Watches(&v1alpha1.OwnershipPolicy{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 			return requestsFor(o.GetNamespace(), o.(*v1alpha1.OwnershipPolicy).Spec.TenantRef.Name)
 		})).
@@ -434,6 +435,20 @@ func (r *TenantReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			return o.GetLabels()[LabelManagedBy] == FieldManager
 		}))).
 		Complete(r)
+}
+
+// connectionChangesTenant passes the Connection events that can change its
+// Tenant's configuration: creation, deletion, a spec change, and a rotation
+// (status.credentialsRotatedAt). The Connection controller's other status
+// writes (conditions, clientID) cannot, and no longer reconcile the Tenant;
+// the credentials themselves come through the Secret watch.
+var connectionChangesTenant = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		old, cur := e.ObjectOld.(*v1alpha1.Connection), e.ObjectNew.(*v1alpha1.Connection)
+		return old.Generation != cur.Generation ||
+			!old.DeletionTimestamp.Equal(cur.DeletionTimestamp) ||
+			!old.Status.CredentialsRotatedAt.Equal(cur.Status.CredentialsRotatedAt)
+	},
 }
 
 func (r *TenantReconciler) grantToTenant(ctx context.Context, o client.Object) []reconcile.Request {
