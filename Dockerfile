@@ -3,6 +3,9 @@
 #
 #   docker build -t ghcr.io/storybus/storybus:0.1.0 .
 #
+# Without a Docker engine, `make image` builds an equivalent image from scratch
+# (internal/image) as bin/storybus-image.tar.
+#
 # The binary is /usr/local/bin/storybus, on the image's PATH: the operator's
 # Deployment (charts/storybus) and the bus pods it makes both run the command
 # `storybus` (`storybus operator …`, `storybus serve …`), and any image given

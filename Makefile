@@ -79,6 +79,17 @@ verify-chart: ## Fail when the chart's CRDs or RBAC differ from config/, or its 
 		|| { echo "the chart's CRDs or RBAC are stale: run make chart-sync"; exit 1; }
 	$(GO) test ./charts/ -run '^(TestChartFilesMatchConfig|TestValuesTable)$$'
 
+# `make image` tags the image with the chart's appVersion, the tag the chart
+# runs by default (IMAGE_VERSION overrides it), for the machine's
+# architecture (IMAGE_ARCH overrides it, e.g. IMAGE_ARCH=arm64).
+IMAGE_VERSION ?= $(shell sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\} *$$/\1/p' $(CHART)/Chart.yaml)
+IMAGE_ARCH ?= $(shell $(GO) env GOARCH)
+
+.PHONY: image
+image: ## Build the storybus image as bin/storybus-image.tar (no Docker engine needed).
+	CGO_ENABLED=0 GOOS=linux GOARCH=$(IMAGE_ARCH) $(GO) build -trimpath -ldflags="-s -w" -o $(BIN)/image/storybus ./cmd/storybus
+	$(GO) run ./internal/image/cmd/build-image -binary $(BIN)/image/storybus -tag ghcr.io/storybus/storybus:$(IMAGE_VERSION) -o $(BIN)/storybus-image.tar
+
 .PHONY: test
 test: tools ## Run every test: unit, integration (embedded JetStream, envtest, helm), Rego, and brief fuzzing.
 	KUBEBUILDER_ASSETS=$(BIN) $(GO) test $(GOTEST_FLAGS) ./...

@@ -8,6 +8,13 @@ import (
 	"os/signal"
 	"syscall"
 
+	// The image that `make image` builds from scratch holds no CA bundle.
+	// This package gives crypto/x509 Mozilla's root certificates, compiled
+	// into the binary, for when the system has none, so that the bus still
+	// verifies an external NATS over tls://. Where the system has roots (a
+	// CA bundle, or SSL_CERT_FILE or SSL_CERT_DIR set), those are used.
+	_ "golang.org/x/crypto/x509roots/fallback"
+
 	"github.com/storybus/storybus/cmd/storybus/cli"
 )
 
