@@ -15,6 +15,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -78,6 +79,7 @@ func TestInstallUpgradeUninstall(t *testing.T) {
 	out := mustHelm(t, append([]string{"install", releaseName, chartDir, "--create-namespace"}, kube...)...)
 	checkNotes(t, out)
 	checkInstalled(t, ctx, k8s)
+	checkUserRoles(t, ctx, k8s)
 
 	// The operator, run as the chart's Deployment runs it, makes a
 	// Tenant's bus with the chart's RBAC.
@@ -162,6 +164,61 @@ func TestInstallUpgradeUninstall(t *testing.T) {
 	// Installing again adopts the CRDs that uninstall kept.
 	mustHelm(t, append([]string{"install", releaseName, chartDir}, kube...)...)
 	checkInstalled(t, ctx, k8s)
+}
+
+// checkUserRoles checks the ClusterRoles for users: aggregated into the
+// cluster's view, edit and admin, and, bound in a namespace, letting read
+// (view) or change (edit) the four kinds there, as the apiserver's RBAC
+// authorizer decides. envtest runs no aggregation controller, so the roles
+// are bound directly.
+func checkUserRoles(t *testing.T, ctx context.Context, k8s client.Client) {
+	t.Helper()
+	aggregated := map[string][]string{
+		"storybus-view": {"view", "edit", "admin"},
+		"storybus-edit": {"edit", "admin"},
+	}
+	ns := "desk"
+	create(t, ctx, k8s, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+	for role, into := range aggregated {
+		var r rbacv1.ClusterRole
+		mustGet(t, ctx, k8s, "", role, &r)
+		for _, to := range into {
+			if r.Labels["rbac.authorization.k8s.io/aggregate-to-"+to] != "true" {
+				t.Errorf("%s is not aggregated into %s: %v", role, to, r.Labels)
+			}
+		}
+		create(t, ctx, k8s, &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: role},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
+			Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: "User", Name: role + "-user"}},
+		})
+	}
+	for _, tc := range []struct {
+		user, verb, resource, namespace string
+		allowed                         bool
+	}{
+		{"storybus-view-user", "list", "tenants", ns, true},
+		{"storybus-view-user", "get", "ownershippolicies", ns, true},
+		{"storybus-view-user", "create", "connections", ns, false},
+		{"storybus-view-user", "list", "tenants", "default", false},
+		{"storybus-edit-user", "create", "connections", ns, true},
+		{"storybus-edit-user", "delete", "grants", ns, true},
+		{"storybus-edit-user", "update", "tenants/status", ns, false},
+	} {
+		resource, sub, _ := strings.Cut(tc.resource, "/")
+		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User: tc.user,
+			ResourceAttributes: &authorizationv1.ResourceAttributes{
+				Namespace: tc.namespace, Verb: tc.verb, Group: v1alpha1.GroupVersion.Group, Resource: resource, Subresource: sub,
+			},
+		}}
+		if err := k8s.Create(ctx, sar); err != nil {
+			t.Fatal(err)
+		}
+		if sar.Status.Allowed != tc.allowed {
+			t.Errorf("%s %s %s in %s: allowed %v, want %v (%s)", tc.user, tc.verb, tc.resource, tc.namespace, sar.Status.Allowed, tc.allowed, sar.Status.Reason)
+		}
+	}
 }
 
 // checkInstalled checks every object of the default installation in the
