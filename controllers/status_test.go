@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -267,11 +268,48 @@ func TestWorkspaceClaimOrder(t *testing.T) {
 	}{
 		{"nats://a:4222,nats://b:4222", "nats://b:4222", true},
 		{"nats://a:4222", " NATS://A:4222/ ", true},
+		{"nats://a", "nats://a:4222", true},
+		{"tls://a:4222", "nats://user:pass@a:4222", true},
 		{"nats://a:4222", "nats://a:4223", false},
-		{"tls://a:4222", "nats://a:4222", false},
+		{"nats://a:4222", "nats://b:4222", false},
 	} {
 		if got := shareServer(tc.a, tc.b); got != tc.want {
 			t.Errorf("shareServer(%q, %q) = %v", tc.a, tc.b, got)
+		}
+	}
+}
+
+// Who holds a workspace id on a cluster: a serving bus keeps it; among the
+// rest the oldest Tenant goes first; two serving buses leave it to the
+// older, and the newer stops.
+func TestWorkspaceClaim(t *testing.T) {
+	at := func(ns string, age time.Duration) *v1alpha1.Tenant {
+		return &v1alpha1.Tenant{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "desk",
+			CreationTimestamp: metav1.NewTime(time.Unix(1_800_000_000, 0).Add(-age))}}
+	}
+	older, newer, newest := at("older", 2*time.Hour), at("newer", time.Hour), at("newest", 0)
+	for name, tc := range []struct {
+		self       claimant
+		others     []claimant
+		wantHolder *v1alpha1.Tenant
+		wantStop   bool
+	}{
+		{claimant{newer, false}, []claimant{{older, false}}, older, false},
+		{claimant{older, false}, []claimant{{newer, false}}, nil, false},
+		// A new Tenant never displaces a serving one, nor does an older
+		// one whose URL was edited to point at the same cluster.
+		{claimant{older, false}, []claimant{{newer, true}}, newer, false},
+		{claimant{newer, true}, []claimant{{older, false}}, nil, false},
+		// Both serve (created together): the older keeps it.
+		{claimant{newer, true}, []claimant{{older, true}}, older, true},
+		{claimant{older, true}, []claimant{{newer, true}}, nil, false},
+		// The serving one holds it, whatever the age of the rest.
+		{claimant{older, false}, []claimant{{newest, false}, {newer, true}}, newer, false},
+		{claimant{newest, false}, []claimant{{newer, false}, {older, false}}, older, false},
+	} {
+		holder, stop := workspaceClaim(tc.self, slices.Clone(tc.others))
+		if holder != tc.wantHolder || stop != tc.wantStop {
+			t.Errorf("case %d: holder %v stop %v, want %v %v", name, holder, stop, tc.wantHolder, tc.wantStop)
 		}
 	}
 }

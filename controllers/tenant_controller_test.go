@@ -408,7 +408,8 @@ func TestTenantExternalStorage(t *testing.T) {
 // TestTenantWorkspaceConflict proves that two Tenants cannot share a
 // workspace id on one external NATS cluster: the newer one gets no bus and
 // says why, and takes over when the older one is deleted. The same id on
-// another cluster is no conflict.
+// another cluster is no conflict, and pointing an older Tenant at the
+// cluster later never displaces the bus serving there.
 func TestTenantWorkspaceConflict(t *testing.T) {
 	first, second, elsewhere := newNamespace(t), newNamespace(t), newNamespace(t)
 	external := func(url string) func(*v1alpha1.Tenant) {
@@ -418,21 +419,21 @@ func TestTenantWorkspaceConflict(t *testing.T) {
 		}
 	}
 	create(t, newTenant(first, "desk", external("nats://a:4222,nats://b:4222")))
-	sts := &appsv1.StatefulSet{}
-	eventually(t, "first statefulset", func() error { return get(first, "desk-bus", sts) })
+	create(t, newTenant(elsewhere, "desk", external("nats://other:4222")))
+	for _, ns := range []string{first, elsewhere} {
+		eventually(t, "a bus in "+ns, func() error { return get(ns, "desk-bus", &appsv1.StatefulSet{}) })
+	}
 	// Creation times have whole seconds; Tenants created in the same second
-	// are ordered by name instead. Let the first be older by the clock.
+	// are ordered by name instead. Let the first two be older by the clock.
 	time.Sleep(time.Second)
 
-	create(t, newTenant(second, "desk", external("nats://c:4222, NATS://B:4222/")))
-	create(t, newTenant(elsewhere, "desk", external("nats://other:4222")))
+	create(t, newTenant(second, "desk", external("nats://c:4222, tls://B/")))
 	tn := &v1alpha1.Tenant{}
 	waitCondition(t, second, "desk", tn, tenantGen, v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonWorkspaceConflict)
 	if msg := meta.FindStatusCondition(tn.Status.Conditions, v1alpha1.ConditionReady).Message; !strings.Contains(msg, first+"/desk") {
 		t.Errorf("message %q does not name the Tenant in the way", msg)
 	}
 	waitEvent(t, second, "Tenant", "desk", v1alpha1.ReasonWorkspaceConflict)
-	eventually(t, "a bus on the other cluster", func() error { return get(elsewhere, "desk-bus", &appsv1.StatefulSet{}) })
 	if err := get(second, "desk-bus", &appsv1.StatefulSet{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("the conflicting Tenant got a bus: %v", err)
 	}
@@ -442,6 +443,21 @@ func TestTenantWorkspaceConflict(t *testing.T) {
 	}
 	eventually(t, "the waiting Tenant's bus", func() error { return get(second, "desk-bus", &appsv1.StatefulSet{}) })
 	waitCondition(t, second, "desk", tn, tenantGen, v1alpha1.ConditionAvailable, metav1.ConditionFalse, v1alpha1.ReasonReplicasNotReady)
+
+	// The older Tenant elsewhere moves to the cluster second now serves: it
+	// waits, and both buses stay as they were.
+	other := &v1alpha1.Tenant{}
+	update(t, elsewhere, "desk", other, func(tn *v1alpha1.Tenant) { tn.Spec.Storage.External.URL = "nats://b:4222" })
+	waitCondition(t, elsewhere, "desk", other, tenantGen, v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonWorkspaceConflict)
+	if msg := meta.FindStatusCondition(other.Status.Conditions, v1alpha1.ConditionReady).Message; !strings.Contains(msg, second+"/desk") {
+		t.Errorf("message %q does not name the serving Tenant", msg)
+	}
+	kept := &appsv1.StatefulSet{}
+	mustGet(t, elsewhere, "desk-bus", kept)
+	if args := strings.Join(kept.Spec.Template.Spec.Containers[0].Args, " "); !strings.Contains(args, "--nats-url nats://other:4222") {
+		t.Errorf("the waiting Tenant's bus was changed: %s", args)
+	}
+	mustGet(t, second, "desk-bus", &appsv1.StatefulSet{})
 }
 
 // TestTenantNameConflict proves the operator never adopts an object it did

@@ -3,10 +3,14 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/url"
+	"slices"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -14,45 +18,115 @@ import (
 	"github.com/storybus/storybus/api/v1alpha1"
 )
 
-// claimWorkspace stops the reconcile when an older Tenant already uses the
-// same workspace id on the same external NATS cluster: the workspace id
-// names the streams and buckets there, so two buses would share each
-// other's messages, records and limits. Embedded stores are per Tenant and
-// never clash. The older Tenant keeps the workspace; this one reports
-// WorkspaceConflict and gets no bus until the other is gone or moved. A bus
-// it already runs (two Tenants created in the same second, whose order
-// only their names decide) is stopped: its StatefulSet is deleted.
+// claimWorkspace stops the reconcile when another Tenant holds the same
+// workspace id on the same external NATS cluster: the workspace id names
+// the streams and buckets there, so two buses would share each other's
+// messages, records and limits. Embedded stores are per Tenant and never
+// clash. Which Tenant holds the workspace is decided by workspaceClaim;
+// the others report WorkspaceConflict and get no bus on that cluster until
+// the holder is gone or moves.
 func (r *TenantReconciler) claimWorkspace(ctx context.Context, s *tenantScope) error {
 	t := s.tenant
 	if t.Spec.Storage == nil || t.Spec.Storage.External == nil {
 		return nil
 	}
+	contested := t.Spec.Storage.External.URL
 	var l v1alpha1.TenantList
 	if err := r.List(ctx, &l, client.MatchingFields{indexExternalWorkspace: t.EffectiveWorkspaceID()}); err != nil {
 		return fmt.Errorf("list tenants of workspace %s: %w", t.EffectiveWorkspaceID(), err)
 	}
+	self := claimant{tenant: t}
+	var others []claimant
 	for i := range l.Items {
-		other := &l.Items[i]
-		if other.UID == t.UID || !other.DeletionTimestamp.IsZero() || !createdBefore(other, t) ||
-			!shareServer(t.Spec.Storage.External.URL, other.Spec.Storage.External.URL) {
+		o := &l.Items[i]
+		if o.UID == t.UID || !shareServer(contested, o.Spec.Storage.External.URL) {
 			continue
 		}
-		s.workspaceConflict = fmt.Errorf("workspace %s on %s is already used by Tenant %s/%s; give this Tenant another spec.workspaceID",
-			t.EffectiveWorkspaceID(), other.Spec.Storage.External.URL, other.Namespace, other.Name)
-		sts := &appsv1.StatefulSet{}
-		err := r.Get(ctx, types.NamespacedName{Namespace: t.Namespace, Name: busName(t)}, sts)
-		switch {
-		case apierrors.IsNotFound(err):
-		case err != nil:
-			return fmt.Errorf("get statefulset: %w", err)
-		case controlledBy(sts, t):
-			if err := r.Delete(ctx, sts); client.IgnoreNotFound(err) != nil {
-				return fmt.Errorf("stop the bus of a conflicting workspace: %w", err)
-			}
+		serving, err := r.servesOn(ctx, o, contested)
+		if err != nil {
+			return err
 		}
-		return reconcile.TerminalError(s.workspaceConflict)
+		others = append(others, claimant{tenant: o, serving: serving})
 	}
-	return nil
+	if len(others) == 0 {
+		return nil
+	}
+	var err error
+	if self.serving, err = r.servesOn(ctx, t, contested); err != nil {
+		return err
+	}
+	holder, stop := workspaceClaim(self, others)
+	if holder == nil {
+		return nil
+	}
+	s.workspaceConflict = fmt.Errorf("workspace %s on %s is held by Tenant %s/%s; give this Tenant another spec.workspaceID",
+		t.EffectiveWorkspaceID(), contested, holder.Namespace, holder.Name)
+	if stop {
+		sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: t.Namespace, Name: busName(t)}}
+		if err := r.Delete(ctx, sts); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("stop the bus of a conflicting workspace: %w", err)
+		}
+	}
+	return reconcile.TerminalError(s.workspaceConflict)
+}
+
+// claimant is a Tenant using a workspace id on an external cluster, and
+// whether its bus already runs there.
+type claimant struct {
+	tenant  *v1alpha1.Tenant
+	serving bool
+}
+
+// workspaceClaim decides whether self may run its bus on a cluster where
+// others use the same workspace id. A bus already serving there keeps the
+// workspace, so that no change to another Tenant (a new one, or an edited
+// URL) can stop it; among Tenants not yet serving, the oldest goes first.
+// Only when both self and another already serve (two Tenants created
+// together, each before it saw the other) does the older keep it, and self
+// must stop its bus. It returns the Tenant that holds the workspace, nil
+// when self does, and whether self must stop its bus.
+func workspaceClaim(self claimant, others []claimant) (holder *v1alpha1.Tenant, stop bool) {
+	slices.SortFunc(others, func(a, b claimant) int {
+		if createdBefore(a.tenant, b.tenant) {
+			return -1
+		}
+		return 1
+	})
+	for _, o := range others {
+		if o.serving && (!self.serving || createdBefore(o.tenant, self.tenant)) {
+			return o.tenant, self.serving
+		}
+	}
+	if self.serving {
+		return nil, false
+	}
+	for _, o := range others {
+		if createdBefore(o.tenant, self.tenant) {
+			return o.tenant, false
+		}
+	}
+	return nil, false
+}
+
+// servesOn reports whether t's bus runs (its StatefulSet exists, controlled
+// by t) against a server of the cluster at contested.
+func (r *TenantReconciler) servesOn(ctx context.Context, t *v1alpha1.Tenant, contested string) (bool, error) {
+	sts := &appsv1.StatefulSet{}
+	err := r.Get(ctx, types.NamespacedName{Namespace: t.Namespace, Name: busName(t)}, sts)
+	switch {
+	case apierrors.IsNotFound(err):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("get statefulset %s/%s: %w", t.Namespace, busName(t), err)
+	case !controlledBy(sts, t):
+		return false, nil
+	}
+	for _, c := range sts.Spec.Template.Spec.Containers {
+		if i := slices.Index(c.Args, "--nats-url"); i >= 0 && i+1 < len(c.Args) && shareServer(c.Args[i+1], contested) {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // createdBefore orders Tenants by creation, then by namespace and name, so
@@ -68,22 +142,33 @@ func createdBefore(a, b *v1alpha1.Tenant) bool {
 }
 
 // shareServer reports whether two NATS URL lists (comma-separated) name a
-// server in common, and so the same cluster.
+// server in common, and so the same cluster. Servers are compared by host
+// and port (4222 when none is given), whatever the scheme or credentials.
 func shareServer(a, b string) bool {
 	servers := map[string]bool{}
 	for u := range strings.SplitSeq(a, ",") {
-		servers[normalizeServer(u)] = true
+		servers[serverAddress(u)] = true
 	}
 	for u := range strings.SplitSeq(b, ",") {
-		if servers[normalizeServer(u)] {
+		if servers[serverAddress(u)] {
 			return true
 		}
 	}
 	return false
 }
 
-func normalizeServer(u string) string {
-	return strings.TrimSuffix(strings.ToLower(strings.TrimSpace(u)), "/")
+// serverAddress returns a NATS URL's host:port, lower case.
+func serverAddress(raw string) string {
+	raw = strings.TrimSpace(raw)
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return strings.ToLower(raw)
+	}
+	port := u.Port()
+	if port == "" {
+		port = "4222"
+	}
+	return net.JoinHostPort(strings.ToLower(u.Hostname()), port)
 }
 
 // sameWorkspaceTenants maps a Tenant to the other Tenants on external

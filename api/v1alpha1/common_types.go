@@ -94,9 +94,9 @@ const (
 	// ReasonNameConflict: an object the operator would create already exists
 	// and is not controlled by this resource. The operator never adopts it.
 	ReasonNameConflict = "NameConflict"
-	// ReasonWorkspaceConflict: an older Tenant already uses the same
-	// workspace id on the same external NATS cluster, whose streams and
-	// buckets are named by workspace id. This Tenant's bus is not started.
+	// ReasonWorkspaceConflict: another Tenant holds the same workspace id
+	// on the same external NATS cluster, whose streams and buckets are
+	// named by workspace id. This Tenant gets no bus on that cluster.
 	ReasonWorkspaceConflict = "WorkspaceConflict"
 	// ReasonReplicasReady: every desired replica is ready.
 	ReasonReplicasReady = "ReplicasReady"
