@@ -265,9 +265,13 @@ func (r *consumeRequest) parseQuery() *rules.Violation {
 	return nil
 }
 
-// parseWait reads a Go duration, or whole seconds.
+// parseWait reads a Go duration, or whole seconds (at most a day, so that
+// the conversion cannot overflow).
 func parseWait(s string) (time.Duration, error) {
 	if n, err := strconv.Atoi(s); err == nil {
+		if n < 0 || n > 86_400 {
+			return 0, errors.New("out of range")
+		}
 		return time.Duration(n) * time.Second, nil
 	}
 	return time.ParseDuration(s)

@@ -426,8 +426,9 @@ func TestAckIDsAreVerifiedToBelongToTheConsumer(t *testing.T) {
 
 // The ack route's actions: a nak redelivers at once or after its delay, a
 // term never redelivers, in_progress holds a delivery past the ack timeout.
+// Each consumer's ack timeout is set when its first pull creates it.
 func TestAckActions(t *testing.T) {
-	defer bus.SetConsumerAckWait(3 * time.Second)()
+	defer bus.SetConsumerAckWait(bus.ConsumerAckWait)()
 	h := newConsumeHarness(t)
 	cms := h.token(t, "newsroom", "cms", cmsSecret)
 	reader := h.token(t, "newsroom", "reader", readerSecret)
@@ -444,8 +445,9 @@ func TestAckActions(t *testing.T) {
 	for _, story := range stories {
 		expect(t, h.post(t, "newsroom", cms, snapshot("", story, 1, "cms")), http.StatusAccepted, "")
 	}
-	take := func(name, story string) bus.Delivery {
+	take := func(name, story string, ackWait time.Duration) bus.Delivery {
 		t.Helper()
+		bus.SetConsumerAckWait(ackWait)
 		var mine bus.Delivery
 		for _, d := range h.pullUntil(t, "newsroom", name, reader, "max=10", len(stories)) {
 			if bytes.Contains(d.Message, []byte(`"`+story+`"`)) {
@@ -459,43 +461,48 @@ func TestAckActions(t *testing.T) {
 		}
 		return mine
 	}
-	nothing := func(name string) {
+	// nothing fails if the consumer is given a message within wait.
+	nothing := func(name string, wait time.Duration) {
 		t.Helper()
-		if p, a := h.pull(t, "newsroom", name, reader, "wait=1s"); a.Status != http.StatusOK || len(p.Messages) != 0 {
+		if p, a := h.pull(t, "newsroom", name, reader, "wait="+wait.String()); a.Status != http.StatusOK || len(p.Messages) != 0 {
 			t.Fatalf("%s: delivered %+v (%d)", name, p.Messages, a.Status)
 		}
 	}
 
 	t.Run("nak", func(t *testing.T) {
-		d := take("nak", "story-nak")
+		// A long ack timeout: a redelivery can only come from the nak.
+		d := take("nak", "story-nak", time.Minute)
 		act("nak", d, bus.AckActionNak, "")
 		again := h.pullUntil(t, "newsroom", "nak", reader, "max=1", 1)[0]
 		if again.MessageID != d.MessageID || again.Delivery != 2 {
 			t.Fatalf("after a nak: %+v", again)
 		}
 		act("nak", again, bus.AckActionNak, "1m")
-		nothing("nak")
+		nothing("nak", 2*time.Second)
 	})
 	t.Run("term", func(t *testing.T) {
-		d := take("term", "story-term")
+		// Past the ack timeout, a delivery neither acknowledged nor
+		// terminated would come again.
+		d := take("term", "story-term", time.Second)
 		act("term", d, bus.AckActionTerm, "")
-		nothing("term")
+		nothing("term", 3*time.Second)
 	})
 	t.Run("in_progress", func(t *testing.T) {
-		d := take("wpi", "story-wpi")
+		d := take("wpi", "story-wpi", 3*time.Second)
 		// Twice the ack timeout, with a progress report every 500 ms.
 		for range 12 {
 			time.Sleep(500 * time.Millisecond)
 			act("wpi", d, bus.AckActionInProgress, "")
 		}
-		nothing("wpi")
+		nothing("wpi", time.Second)
 		act("wpi", d, bus.AckActionAck, "")
 	})
 	t.Run("refused", func(t *testing.T) {
-		d := take("bad", "story-bad")
+		d := take("bad", "story-bad", time.Minute)
 		for _, req := range []bus.AckRequest{
 			{Action: "retry"}, {Action: bus.AckActionAck, Delay: "1s"}, {Action: bus.AckActionTerm, Delay: "1s"},
 			{Action: bus.AckActionNak, Delay: "2h"}, {Action: bus.AckActionNak, Delay: "-1s"}, {Action: bus.AckActionNak, Delay: "soon"},
+			{Action: bus.AckActionNak, Delay: "18446744074"},
 		} {
 			req.AckIDs = []string{d.AckID}
 			body, _ := json.Marshal(req)

@@ -38,27 +38,27 @@ type request struct {
 	retry  time.Duration
 	// warnings are SOM's warnings (stage 8), reported when accepted.
 	warnings []rules.Violation
-	// media is the parsed Content-Type, read once by mediaType.
-	media *mediaType
+	// contentType is the parsed Content-Type, read once by mediaType.
+	contentType *contentType
 }
 
-// mediaType is a request's Content-Type: its media type in lower case, or
-// empty when the header is absent, and the error of a malformed header.
-type mediaType struct {
-	name string
-	err  error
+// contentType is a request's Content-Type: its media type in lower case,
+// or empty when the header is absent, and the error of a malformed header.
+type contentType struct {
+	mediaType string
+	err       error
 }
 
 // mediaType parses the request's Content-Type once for the gate (stage 4)
 // and the parse stage (7).
-func (r *request) mediaType() mediaType {
-	if r.media == nil {
-		r.media = &mediaType{}
+func (r *request) mediaType() contentType {
+	if r.contentType == nil {
+		r.contentType = &contentType{}
 		if ct := r.c.GetHeader("Content-Type"); ct != "" {
-			r.media.name, _, r.media.err = mime.ParseMediaType(ct)
+			r.contentType.mediaType, _, r.contentType.err = mime.ParseMediaType(ct)
 		}
 	}
-	return *r.media
+	return *r.contentType
 }
 
 // stage is one step of the publish pipeline; a non-empty result refuses the
@@ -160,6 +160,9 @@ func (s *Server) observe(record func(workspace, status, rule string, d time.Dura
 	}
 }
 
+// exactReadBytes is the largest declared body readBody allocates at once.
+const exactReadBytes = 32 << 10
+
 // readBody is stage 2: the body, read bounded, never whole into memory
 // before its size is known.
 func (s *Server) readBody(r *request) []rules.Violation {
@@ -172,12 +175,14 @@ func (s *Server) readBody(r *request) []rules.Violation {
 	}
 	var body []byte
 	var err error
-	if n >= 0 {
-		// The server ends a body after its Content-Length: read it into a
-		// buffer of that size, without growing one.
+	if n >= 0 && n <= exactReadBytes {
+		// The server ends a body after its Content-Length: read a small one
+		// into a buffer of that size, without growing one.
 		body = make([]byte, n)
 		_, err = io.ReadFull(r.c.Request.Body, body)
 	} else {
+		// Memory grows with the bytes that arrive, not with what a client
+		// that has not yet authenticated declares.
 		body, err = io.ReadAll(io.LimitReader(r.c.Request.Body, MaxBodyBytes+1))
 	}
 	var maxErr *http.MaxBytesError
@@ -277,7 +282,7 @@ func (s *Server) gate(r *request) []rules.Violation {
 		Connection: r.conn.Name,
 		IAM:        r.iam,
 		ClientIP:   r.c.ClientIP(),
-		MediaType:  r.mediaType().name,
+		MediaType:  r.mediaType().mediaType,
 		JSONDepth:  depth,
 		Body:       r.body,
 	})
@@ -320,7 +325,7 @@ func jsonDepth(b []byte) int {
 func parse(r *request) []rules.Violation {
 	if ct := r.c.GetHeader("Content-Type"); ct != "" {
 		mt := r.mediaType()
-		if mt.err != nil || !(mt.name == "application/json" || strings.HasSuffix(mt.name, "+json")) {
+		if mt.err != nil || !(mt.mediaType == "application/json" || strings.HasSuffix(mt.mediaType, "+json")) {
 			return one(rules.New(rules.MessageNotJSON, "Content-Type must be application/json, not "+strconv.Quote(ct), ""))
 		}
 	}

@@ -197,7 +197,6 @@ func decode(t testing.TB, res *http.Response) answer {
 	return a
 }
 
-// post publishes body to the workspace with the token.
 // metrics scrapes the operations port's /metrics.
 func (h *harness) metrics(t testing.TB) string {
 	t.Helper()
@@ -209,6 +208,7 @@ func (h *harness) metrics(t testing.TB) string {
 	return rec.Body.String()
 }
 
+// post publishes body to the workspace with the token.
 func (h *harness) post(t testing.TB, ws, token string, body []byte) answer {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodPost, h.http.URL+"/v1/tenants/"+ws+"/messages", bytes.NewReader(body))

@@ -281,6 +281,15 @@ func TestConsumerSettlesDeliveries(t *testing.T) {
 	if err := c.Nak(ctx, 2*time.Hour, ds[1]); client.RuleOf(err) != "consumer.request_invalid" {
 		t.Fatalf("a delay over an hour: %v", err)
 	}
+	// The bus counted each action as the client named it.
+	rec := httptest.NewRecorder()
+	b.srv.OpsHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	for action, n := range map[string]int{"in_progress": 2, "nak": 2, "term": 1} {
+		want := fmt.Sprintf(`storybus_consumer_acked_messages_total{action=%q,consumer="settle",workspace="newsroom"} %d`, action, n)
+		if !strings.Contains(rec.Body.String(), want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
 }
 
 func TestDedupIsBounded(t *testing.T) {
@@ -440,9 +449,15 @@ func TestDedupFileSurvivesARestart(t *testing.T) {
 	if lines := bytes.Count(b, []byte("\n")); lines > 6 {
 		t.Fatalf("the file has %d lines for a size of 3", lines)
 	}
+	if err := d.Done("two\nlines"); err == nil || !d.Seen("two\nlines") {
+		t.Fatalf("an id with a line break: %v", err)
+	}
 	d.Close()
+	if err := d.Done("after-close"); err == nil {
+		t.Fatal("Done after Close wrote nothing and said nothing")
+	}
 	d = reopen()
-	if !d.Seen("id-19") || !d.Seen("id-17") || d.Seen("id-16") || d.Seen("c") {
+	if !d.Seen("id-19") || !d.Seen("id-17") || d.Seen("id-16") || d.Seen("c") || d.Seen("two") || d.Len() != 3 {
 		t.Fatal("the rewritten file does not hold the newest ids")
 	}
 }

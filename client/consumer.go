@@ -146,11 +146,13 @@ func (c *Consumer) Fetch(ctx context.Context) ([]Delivery, error) {
 
 // Ack acknowledges deliveries: they are not delivered again.
 func (c *Consumer) Ack(ctx context.Context, ds ...Delivery) error {
-	return c.settle(ctx, ackRequest{Action: "ack"}, ds)
+	// No action: a plain ack, which every bus understands.
+	return c.settle(ctx, ackRequest{}, ds)
 }
 
 // Nak gives deliveries back unhandled: they are delivered again after
-// delay (0: at once; at most an hour).
+// delay (0: at once; at most an hour). Nak, InProgress and Term need a bus
+// whose ack route takes an action.
 func (c *Consumer) Nak(ctx context.Context, delay time.Duration, ds ...Delivery) error {
 	r := ackRequest{Action: "nak"}
 	if delay > 0 {

@@ -1,13 +1,13 @@
 package client
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -77,12 +77,16 @@ func (d *Dedup) Seen(id string) bool {
 }
 
 // Done marks id as handled. A file-backed Dedup that cannot write its file
-// still remembers id in memory and returns the error.
+// still remembers id in memory and returns the error; so does one given an
+// id with a line break, which its file cannot hold.
 func (d *Dedup) Done(id string) error {
 	now := d.clock.Now()
 	d.seen.add(id, struct{}{}, now)
 	if d.journal == nil {
 		return nil
+	}
+	if strings.ContainsAny(id, "\r\n") {
+		return fmt.Errorf("message_id %q has a line break: not kept in the de-duplication file", id)
 	}
 	return d.journal.append(id, now, d.seen)
 }
@@ -144,6 +148,9 @@ type dedupJournal struct {
 	path  string
 	f     *os.File
 	lines int // lines in the file
+	// torn is set when a write failed part-way: the file may end in half a
+	// line, so the next append rewrites it whole instead.
+	torn bool
 }
 
 func (j *dedupJournal) append(id string, at time.Time, seen *lru[struct{}]) error {
@@ -152,13 +159,15 @@ func (j *dedupJournal) append(id string, at time.Time, seen *lru[struct{}]) erro
 	if j.f == nil {
 		return errors.New("the de-duplication file is closed")
 	}
+	if j.torn || j.lines+1 >= 2*seen.size {
+		// seen already holds id.
+		return j.rewriteLocked(seen.oldestFirst())
+	}
 	if _, err := j.f.Write(appendDedupLine(nil, id, at)); err != nil {
+		j.torn = true
 		return fmt.Errorf("write the de-duplication file: %w", err)
 	}
 	j.lines++
-	if j.lines >= 2*seen.size {
-		return j.rewriteLocked(seen.oldestFirst())
-	}
 	return nil
 }
 
@@ -169,7 +178,7 @@ func (j *dedupJournal) rewrite(entries []lruEntry) error {
 }
 
 // rewriteLocked replaces the file by one of entries, atomically: a new
-// file synced and renamed over the old one.
+// file, synced, renamed over the old one, and kept open for appending.
 func (j *dedupJournal) rewriteLocked(entries []lruEntry) error {
 	var buf []byte
 	for _, e := range entries {
@@ -179,25 +188,37 @@ func (j *dedupJournal) rewriteLocked(entries []lruEntry) error {
 	if err != nil {
 		return fmt.Errorf("rewrite the de-duplication file: %w", err)
 	}
-	w := bufio.NewWriter(tmp)
-	_, err = w.Write(buf)
-	err = errors.Join(err, w.Flush(), tmp.Sync(), tmp.Close())
-	if err == nil {
-		err = os.Rename(tmp.Name(), j.path)
+	if _, err := tmp.Write(buf); err != nil {
+		return j.abandon(tmp, err)
 	}
-	if err != nil {
-		os.Remove(tmp.Name())
-		return fmt.Errorf("rewrite the de-duplication file: %w", err)
+	if err := tmp.Sync(); err != nil {
+		return j.abandon(tmp, err)
 	}
-	f, err := os.OpenFile(j.path, os.O_WRONLY|os.O_APPEND, 0)
-	if err != nil {
-		return fmt.Errorf("open the de-duplication file: %w", err)
-	}
+	// The old file is closed before the rename, which some systems refuse
+	// over an open file; its handle is useless afterwards anyway.
 	if j.f != nil {
 		j.f.Close()
+		j.f = nil
 	}
-	j.f, j.lines = f, len(entries)
+	if err := os.Rename(tmp.Name(), j.path); err != nil {
+		err = j.abandon(tmp, err)
+		// Carry on appending to the old file, whole or torn.
+		if f, oerr := os.OpenFile(j.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600); oerr == nil {
+			j.f, j.torn = f, true
+		}
+		return err
+	}
+	// tmp is now the file at path, its offset at the end: appends go on
+	// there.
+	j.f, j.lines, j.torn = tmp, len(entries), false
 	return nil
+}
+
+// abandon removes a rewrite's temporary file and returns err wrapped.
+func (j *dedupJournal) abandon(tmp *os.File, err error) error {
+	tmp.Close()
+	os.Remove(tmp.Name())
+	return fmt.Errorf("rewrite the de-duplication file: %w", err)
 }
 
 func (j *dedupJournal) close() error {
