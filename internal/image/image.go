@@ -7,8 +7,8 @@
 // and /etc/group naming root and the non-root user 65532, that user's home
 // and a /tmp; the image runs as 65532:65532 with the binary as its entry
 // point and --help as its default argument. There is no CA bundle: the
-// binary carries its own fallback roots. The same binary and creation time
-// always give the same image digest.
+// binary carries its own fallback roots. The same binary, version and
+// creation time always give the same image digest.
 //
 // The image is written as a docker-compatible tarball, which docker load,
 // kind load image-archive and crane push accept.
