@@ -261,6 +261,22 @@ func TestRenderVariants(t *testing.T) {
 			t.Errorf("args %v lack --watch-namespace=newsroom", d.Spec.Template.Spec.Containers[0].Args)
 		}
 	})
+	t.Run("platformAssignsUID leaves the user to the platform", func(t *testing.T) {
+		var d appsv1.Deployment
+		decode(t, find(t, splitManifests(t, render(t)), "Deployment", "storybus-operator"), &d)
+		if slices.Contains(d.Spec.Template.Spec.Containers[0].Args, "--bus-platform-uid") {
+			t.Errorf("default args %v have --bus-platform-uid", d.Spec.Template.Spec.Containers[0].Args)
+		}
+		d = appsv1.Deployment{}
+		decode(t, find(t, splitManifests(t, render(t, "--set", "platformAssignsUID=true")), "Deployment", "storybus-operator"), &d)
+		psc := d.Spec.Template.Spec.SecurityContext
+		if psc.RunAsUser != nil || psc.RunAsGroup != nil || psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot {
+			t.Errorf("pod securityContext %+v, want non-root with no user", psc)
+		}
+		if !slices.Contains(d.Spec.Template.Spec.Containers[0].Args, "--bus-platform-uid") {
+			t.Errorf("args %v lack --bus-platform-uid", d.Spec.Template.Spec.Containers[0].Args)
+		}
+	})
 	t.Run("metrics off", func(t *testing.T) {
 		ms := splitManifests(t, render(t, "--set", "metrics.enabled=false"))
 		noKind(t, ms, "Service")

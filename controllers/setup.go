@@ -28,6 +28,10 @@ const DefaultBusImage = "ghcr.io/storybus/storybus:latest"
 type Options struct {
 	// BusImage is the image of bus pods whose Tenant sets none.
 	BusImage string
+	// BusPlatformUID leaves the bus pods' user, group and fsGroup to the
+	// platform, for platforms that assign them from a range of their own
+	// (OpenShift's restricted SCC); the pods still run as non-root.
+	BusPlatformUID bool
 	// ClusterDomain is the cluster's DNS domain, for status.endpoint.
 	ClusterDomain string
 	// Now returns the current time; nil means time.Now. Tests inject a

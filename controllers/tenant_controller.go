@@ -319,7 +319,7 @@ func (r *TenantReconciler) reconcileStatefulSet(ctx context.Context, s *tenantSc
 	if err := r.checkOwnership(ctx, s, "StatefulSet", busName(t), sts); err != nil {
 		return err
 	}
-	if err := r.apply(ctx, desiredStatefulSet(t, r.BusImage), "statefulset"); err != nil {
+	if err := r.apply(ctx, desiredStatefulSet(t, r.Options), "statefulset"); err != nil {
 		return err
 	}
 	// The status comes from the cache: the StatefulSet controller writes it,

@@ -176,7 +176,8 @@ func natsCredsKey(ref *v1alpha1.SecretKeyReference) string {
 // desiredStatefulSet runs the bus pods. Nothing in the pod template depends
 // on the workspace configuration, so a configuration change never restarts
 // a pod: the bus reloads the mounted file.
-func desiredStatefulSet(t *v1alpha1.Tenant, image string) *appsv1ac.StatefulSetApplyConfiguration {
+func desiredStatefulSet(t *v1alpha1.Tenant, o Options) *appsv1ac.StatefulSetApplyConfiguration {
+	image := o.BusImage
 	if t.Spec.Image != "" {
 		image = t.Spec.Image
 	}
@@ -274,10 +275,7 @@ func desiredStatefulSet(t *v1alpha1.Tenant, image string) *appsv1ac.StatefulSetA
 			WithAutomountServiceAccountToken(false).
 			WithEnableServiceLinks(false).
 			WithTerminationGracePeriodSeconds(30).
-			WithSecurityContext(corev1ac.PodSecurityContext().
-				WithRunAsNonRoot(true).
-				WithRunAsUser(busUID).WithRunAsGroup(busUID).WithFSGroup(busUID).
-				WithSeccompProfile(corev1ac.SeccompProfile().WithType(corev1.SeccompProfileTypeRuntimeDefault))).
+			WithSecurityContext(podSecurityContext(o.BusPlatformUID)).
 			WithContainers(container).
 			WithVolumes(volumes...))
 
@@ -285,4 +283,17 @@ func desiredStatefulSet(t *v1alpha1.Tenant, image string) *appsv1ac.StatefulSetA
 		WithLabels(tenantLabels(t)).
 		WithOwnerReferences(ownerRef(t)).
 		WithSpec(spec.WithTemplate(pod))
+}
+
+// podSecurityContext is the bus pods' restricted security context: the
+// image's user 65532, or, with platformUID, the user, group and fsGroup
+// the platform assigns.
+func podSecurityContext(platformUID bool) *corev1ac.PodSecurityContextApplyConfiguration {
+	psc := corev1ac.PodSecurityContext().
+		WithRunAsNonRoot(true).
+		WithSeccompProfile(corev1ac.SeccompProfile().WithType(corev1.SeccompProfileTypeRuntimeDefault))
+	if !platformUID {
+		psc = psc.WithRunAsUser(busUID).WithRunAsGroup(busUID).WithFSGroup(busUID)
+	}
+	return psc
 }

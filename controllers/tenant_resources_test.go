@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/storybus/storybus/api/v1alpha1"
@@ -50,7 +51,7 @@ func TestBusArgs(t *testing.T) {
 // can never roll the bus pods.
 func TestStatefulSetDoesNotDependOnConfiguration(t *testing.T) {
 	tn := &v1alpha1.Tenant{ObjectMeta: metav1.ObjectMeta{Name: "n", Namespace: "ns", UID: "u"}}
-	sts := desiredStatefulSet(tn, "img")
+	sts := desiredStatefulSet(tn, Options{BusImage: "img"})
 	tpl := sts.Spec.Template
 	if len(tpl.Annotations) != 0 {
 		t.Errorf("pod template annotations %v", tpl.Annotations)
@@ -60,7 +61,21 @@ func TestStatefulSetDoesNotDependOnConfiguration(t *testing.T) {
 		t.Errorf("container %+v", c)
 	}
 	tn.Spec.Image = "other"
-	if got := *desiredStatefulSet(tn, "img").Spec.Template.Spec.Containers[0].Image; got != "other" {
+	if got := *desiredStatefulSet(tn, Options{BusImage: "img"}).Spec.Template.Spec.Containers[0].Image; got != "other" {
 		t.Errorf("spec.image ignored: %s", got)
+	}
+}
+
+// The bus pods run as the image's user, unless the platform assigns one.
+func TestBusPodUser(t *testing.T) {
+	tn := &v1alpha1.Tenant{ObjectMeta: metav1.ObjectMeta{Name: "n", Namespace: "ns", UID: "u"}}
+	psc := desiredStatefulSet(tn, Options{BusImage: "img"}).Spec.Template.Spec.SecurityContext
+	if *psc.RunAsUser != 65532 || *psc.RunAsGroup != 65532 || *psc.FSGroup != 65532 || !*psc.RunAsNonRoot {
+		t.Errorf("default: %+v", psc)
+	}
+	psc = desiredStatefulSet(tn, Options{BusImage: "img", BusPlatformUID: true}).Spec.Template.Spec.SecurityContext
+	if psc.RunAsUser != nil || psc.RunAsGroup != nil || psc.FSGroup != nil || !*psc.RunAsNonRoot ||
+		psc.SeccompProfile == nil || *psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("platform-assigned: %+v", psc)
 	}
 }

@@ -29,7 +29,9 @@ type OperatorOptions struct {
 	LeaderElectionNamespace string
 	WatchNamespace          string
 	BusImage                string
-	ClusterDomain           string
+	// BusPlatformUID leaves the bus pods' user and group to the platform.
+	BusPlatformUID bool
+	ClusterDomain  string
 	// MaxConcurrentReconciles is how many objects of one kind are
 	// reconciled at once; 0 means controller-runtime's default of one.
 	MaxConcurrentReconciles int
@@ -47,6 +49,7 @@ func (o *OperatorOptions) bind(cmd *cobra.Command) {
 	f.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the Lease; empty uses the operator's own namespace")
 	f.StringVar(&o.WatchNamespace, "watch-namespace", "", "reconcile only this namespace; empty reconciles all")
 	f.StringVar(&o.BusImage, "bus-image", controllers.DefaultBusImage, "image of the bus pods of Tenants that set no spec.image")
+	f.BoolVar(&o.BusPlatformUID, "bus-platform-uid", false, "leave the bus pods' user, group and fsGroup to the platform (OpenShift's restricted SCC assigns them) instead of the image's user 65532; they still run as non-root")
 	f.StringVar(&o.ClusterDomain, "cluster-domain", "cluster.local", "the cluster's DNS domain, for Tenants' status.endpoint")
 	f.IntVar(&o.MaxConcurrentReconciles, "max-concurrent-reconciles", DefaultMaxConcurrentReconciles, "objects of one kind reconciled at once (Tenants, Connections, …); reconciles wait mostly on the API server")
 	f.StringVar(&o.LogFormat, "log-format", "json", "log format: json or text")
@@ -146,7 +149,7 @@ func RunOperator(ctx context.Context, o OperatorOptions, cfg *rest.Config, log l
 	if err != nil {
 		return fmt.Errorf("operator manager: %w", err)
 	}
-	if err := controllers.Setup(mgr, controllers.Options{BusImage: o.BusImage, ClusterDomain: o.ClusterDomain}); err != nil {
+	if err := controllers.Setup(mgr, controllers.Options{BusImage: o.BusImage, BusPlatformUID: o.BusPlatformUID, ClusterDomain: o.ClusterDomain}); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
