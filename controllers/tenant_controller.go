@@ -90,7 +90,7 @@ func (r *TenantReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ c
 		return ctrl.Result{}, fmt.Errorf("get tenant: %w", err)
 	}
 	if !t.DeletionTimestamp.IsZero() {
-		return ctrl.Result{}, r.finalize(ctx, t)
+		return r.finalize(ctx, t)
 	}
 	if !controllerutil.ContainsFinalizer(t, v1alpha1.Finalizer) {
 		orig := t.DeepCopy()
@@ -370,13 +370,19 @@ func (r *TenantReconciler) annotatePods(ctx context.Context, s *tenantScope) err
 
 // finalize applies the deletion policy, then lets the Tenant go. Its
 // workloads go with it through their owner references.
-func (r *TenantReconciler) finalize(ctx context.Context, t *v1alpha1.Tenant) error {
+func (r *TenantReconciler) finalize(ctx context.Context, t *v1alpha1.Tenant) (ctrl.Result, error) {
 	if !controllerutil.ContainsFinalizer(t, v1alpha1.Finalizer) {
-		return nil
+		return ctrl.Result{}, nil
+	}
+	if t.Spec.Storage != nil && t.Spec.Storage.External != nil && t.EffectiveDeletionPolicy() == v1alpha1.DeletionPolicyDelete {
+		wait, err := r.deleteExternalData(ctx, t)
+		if err != nil || wait > 0 {
+			return ctrl.Result{RequeueAfter: wait}, err
+		}
 	}
 	var pvcs corev1.PersistentVolumeClaimList
 	if err := r.APIReader.List(ctx, &pvcs, client.InNamespace(t.Namespace), client.MatchingLabels(selectorLabels(t))); err != nil {
-		return fmt.Errorf("list volumes: %w", err)
+		return ctrl.Result{}, fmt.Errorf("list volumes: %w", err)
 	}
 	prefix := dataVolume + "-" + busName(t) + "-"
 	var names []string
@@ -389,7 +395,7 @@ func (r *TenantReconciler) finalize(ctx context.Context, t *v1alpha1.Tenant) err
 		for _, n := range names {
 			pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: t.Namespace, Name: n}}
 			if err := r.Delete(ctx, pvc); err != nil && !apierrors.IsNotFound(err) {
-				return fmt.Errorf("delete volume %s: %w", n, err)
+				return ctrl.Result{}, fmt.Errorf("delete volume %s: %w", n, err)
 			}
 		}
 		r.Recorder.Eventf(t, nil, corev1.EventTypeNormal, "VolumesDeleted", "Delete", "deletionPolicy delete: deleted %d volume(s) %v", len(names), names)
@@ -399,9 +405,9 @@ func (r *TenantReconciler) finalize(ctx context.Context, t *v1alpha1.Tenant) err
 	orig := t.DeepCopy()
 	controllerutil.RemoveFinalizer(t, v1alpha1.Finalizer)
 	if err := r.Patch(ctx, t, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("remove finalizer: %w", err)
+		return ctrl.Result{}, fmt.Errorf("remove finalizer: %w", err)
 	}
-	return nil
+	return ctrl.Result{}, nil
 }
 
 // randomHex returns n random bytes, hex-encoded.
