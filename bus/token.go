@@ -36,8 +36,16 @@ func (s *Server) token(c *gin.Context) {
 		refuse(c, 0, rules.New(rules.AuthCredentialsInvalid, "unknown client id or wrong secret", ""))
 		return
 	}
-	if !conn.IsActive() {
-		refuse(c, 0, rules.New(rules.ConnectionInactive, "connection "+conn.Name+" is not active", ""))
+	// The connection check of the publish route's stage 4, from the same
+	// policy.
+	refusal, err := ws.policy.Access(c.Request.Context(), conn.Name)
+	if err != nil {
+		s.log.Error("policy evaluation failed", "workspace", ws.id, "stage", "token", "error", err)
+		busUnavailable(c)
+		return
+	}
+	if refusal != nil {
+		refuse(c, 0, *refusal)
 		return
 	}
 	token, ttl, err := auth.Issue(cfg, conn, s.opts.Clock.Now())

@@ -129,6 +129,7 @@ type compiled struct {
 	grantsMemo  *memo[*rules.Violation]
 	publishMemo *memo[Decision]
 	gate        rego.PreparedEvalQuery
+	access      rego.PreparedEvalQuery
 	grants      rego.PreparedEvalQuery
 	families    rego.PreparedEvalQuery
 	publish     rego.PreparedEvalQuery
@@ -239,6 +240,7 @@ func (e *Engine) compile(ctx context.Context, tenant []config.PolicyModule) (*co
 		query string
 	}{
 		{&c.gate, "data.storybus.gate.verdict"},
+		{&c.access, "data.storybus.access.refusal"},
 		{&c.grants, "data.storybus.grants.refusal"},
 		{&c.families, "data.storybus.grants.families"},
 		{&c.publish, publishQuery(c.hasTenant)},
@@ -321,6 +323,17 @@ func (e *Engine) gate(ctx context.Context, c *compiled, in GateInput, req map[st
 	}
 	err := eval(ctx, c.gate, map[string]any{"connection": in.Connection, "iam": in.IAM, "request": req}, &out)
 	return GateResult{Refusal: out.Refusal.toRule(), Limits: out.Limits}, err
+}
+
+// Access decides whether a connection may have a token: stage 4's
+// connection check alone (connection.inactive), without the request's
+// firewall and limits, for the token route.
+func (e *Engine) Access(ctx context.Context, connection string) (*rules.Violation, error) {
+	var out *violation
+	if err := eval(ctx, e.compiled.Load().access, map[string]any{"connection": connection, "iam": false}, &out); err != nil {
+		return nil, err
+	}
+	return out.toRule(), nil
 }
 
 // Grants decides stage 9.

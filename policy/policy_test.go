@@ -250,3 +250,29 @@ func TestStoryIndependentDecisions(t *testing.T) {
 		t.Fatalf("other story after the hand-off: %+v", d)
 	}
 }
+
+// The token route's connection check: an inactive connection is refused;
+// an IAM role still to be verified is no reason to refuse a bearer token.
+func TestAccess(t *testing.T) {
+	w := workspace()
+	w.Connections = append(w.Connections, config.Connection{Name: "old", Active: new(false)},
+		config.Connection{Name: "aws", IAM: &config.IAM{AccessKeyID: "AKIDEXAMPLE"}})
+	w.Default()
+	e, err := policy.New(context.Background(), w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for conn, want := range map[string]string{"cms": "", "aws": "", "old": "connection.inactive"} {
+		v, err := e.Access(context.Background(), conn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := ""
+		if v != nil {
+			got = v.Rule
+		}
+		if got != want {
+			t.Errorf("%s: refused with %q, want %q", conn, got, want)
+		}
+	}
+}
