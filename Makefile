@@ -5,9 +5,10 @@ BIN := $(CURDIR)/bin
 # Brief fuzzing is bounded by executions per target (about 10 s each here),
 # not by time: Go 1.26's fuzzing coordinator can fail a time-bounded run at
 # its deadline with a spurious "context deadline exceeded" (Go issue 75804,
-# fixed in Go 1.27). FUZZTIME overrides both, e.g. FUZZTIME=10m.
+# fixed in Go 1.27). FUZZTIME overrides them all, e.g. FUZZTIME=10m.
 FUZZ_PARSE_EXECS ?= 20000x
 FUZZ_PUBLISH_EXECS ?= 3000x
+FUZZ_ACK_EXECS ?= 10000x
 FUZZTIME ?=
 # Minimising each new interesting input may take Go its default 60 s of
 # publishes, which would stall a brief run; keep it short.
@@ -96,9 +97,10 @@ test: tools ## Run every test: unit, integration (embedded JetStream, envtest, h
 	$(MAKE) fuzz
 
 .PHONY: fuzz
-fuzz: ## Fuzz the SOM parser and the publish handler briefly (FUZZTIME=10m for longer).
+fuzz: ## Fuzz the SOM parser, the publish handler and the ack ids briefly (FUZZTIME=10m for longer).
 	$(GO) test -run='^$$' -fuzz='^FuzzParseValidate$$' -fuzztime=$(or $(FUZZTIME),$(FUZZ_PARSE_EXECS)) -fuzzminimizetime=$(FUZZMINIMIZETIME) ./bus/som/
 	$(GO) test -run='^$$' -fuzz='^FuzzPublish$$' -fuzztime=$(or $(FUZZTIME),$(FUZZ_PUBLISH_EXECS)) -fuzzminimizetime=$(FUZZMINIMIZETIME) ./bus/
+	$(GO) test -run='^$$' -fuzz='^FuzzAckSubject$$' -fuzztime=$(or $(FUZZTIME),$(FUZZ_ACK_EXECS)) -fuzzminimizetime=$(FUZZMINIMIZETIME) ./bus/
 
 .PHONY: lint
 lint: $(STATICCHECK) ## gofmt, go vet and staticcheck.
