@@ -23,6 +23,7 @@ import (
 	"github.com/storybus/storybus/bus/publish"
 	"github.com/storybus/storybus/bus/rules"
 	"github.com/storybus/storybus/bus/store"
+	"github.com/storybus/storybus/internal/testutil"
 )
 
 // stoppedClock stands still until advanced, so that Retry-After can be
@@ -94,18 +95,6 @@ func usageReader(t *testing.T, ns *server.Server, clock limits.Clock) func(conne
 			t.Fatal(err)
 		}
 		return u
-	}
-}
-
-// eventually polls cond until it holds or 10 s pass.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within 10s: %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 
@@ -432,4 +421,10 @@ func BenchmarkLimitCheck(b *testing.B) {
 			}
 		})
 	})
+}
+
+// eventually polls cond until it holds, for up to 10 s.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	testutil.EventuallyTrue(t, what, 10*time.Second, cond)
 }

@@ -33,6 +33,7 @@ import (
 
 	"github.com/storybus/storybus/api/v1alpha1"
 	"github.com/storybus/storybus/cmd/storybus/cli"
+	"github.com/storybus/storybus/internal/testutil"
 )
 
 const waitFor = 30 * time.Second
@@ -502,23 +503,6 @@ func mustGet(t *testing.T, ctx context.Context, k8s client.Client, ns, name stri
 	}
 }
 
-// eventually calls f until it returns nil, failing the test with f's last
-// error when waitFor passes first.
-func eventually(t *testing.T, what string, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(waitFor)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: still not true after %s: %v", what, waitFor, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
 // syncWriter is a strings.Builder the operator's goroutine writes and the
 // test reads.
 type syncWriter struct {
@@ -536,4 +520,10 @@ func (w *syncWriter) String() string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.b.String()
+}
+
+// eventually calls f until it returns nil, for up to waitFor.
+func eventually(t *testing.T, what string, f func() error) {
+	t.Helper()
+	testutil.Eventually(t, what, waitFor, f)
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/storybus/storybus/bus/publish"
 	"github.com/storybus/storybus/bus/store"
 	"github.com/storybus/storybus/client"
+	"github.com/storybus/storybus/internal/testutil"
 )
 
 const (
@@ -429,14 +430,8 @@ func accepted(w http.ResponseWriter, id string) {
 	fmt.Fprintf(w, `{"accepted":true,"message_id":%q,"message_type":"story.context","family":"story-context","tolerated":[]}`, id)
 }
 
-// eventually polls cond until it holds or the deadline passes.
+// eventually polls cond until it holds, for up to 20 s.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within the deadline", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testutil.EventuallyTrue(t, what, 20*time.Second, cond)
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -25,6 +24,7 @@ import (
 	"github.com/storybus/storybus/bus/config"
 	"github.com/storybus/storybus/config/samples"
 	"github.com/storybus/storybus/internal/kubelet"
+	"github.com/storybus/storybus/internal/testutil"
 )
 
 // TestEndToEnd applies config/samples to the API server, lets the operator
@@ -213,7 +213,7 @@ func startPod(t *testing.T, ns, statefulSet string) *pod {
 
 	hostPorts := map[string]string{}
 	for _, cp := range c.Ports {
-		addr := freeLoopback(t)
+		addr := testutil.FreeAddr(t)
 		p.ports[cp.Name] = addr
 		hostPorts[":"+strconv.Itoa(int(cp.ContainerPort))] = addr
 	}
@@ -377,16 +377,6 @@ func buildStorybus(t *testing.T) string {
 }
 
 var storybusBinary string
-
-func freeLoopback(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
 
 // credentials reads a Connection's client id and secret from the
 // credentials Secret its status names.

@@ -27,6 +27,7 @@ import (
 
 	"github.com/storybus/storybus/api/v1alpha1"
 	"github.com/storybus/storybus/bus/config"
+	"github.com/storybus/storybus/internal/testutil"
 )
 
 // The suite runs one real kube-apiserver and etcd (envtest) with the CRDs
@@ -118,23 +119,6 @@ func runSuite(m *testing.M) int {
 		return 1
 	}
 	return m.Run()
-}
-
-// eventually calls f until it returns nil, failing the test with f's last
-// error when waitFor passes first.
-func eventually(t *testing.T, what string, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(waitFor)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: still not true after %s: %v", what, waitFor, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // consistently fails the test when f returns an error within d.
@@ -368,4 +352,10 @@ func tryUpdate[T client.Object](ns, name string, obj T, mutate func(T)) error {
 			return err
 		}
 	}
+}
+
+// eventually calls f until it returns nil, for up to waitFor.
+func eventually(t *testing.T, what string, f func() error) {
+	t.Helper()
+	testutil.Eventually(t, what, waitFor, f)
 }

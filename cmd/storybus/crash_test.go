@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/storybus/storybus/bus/store"
+	"github.com/storybus/storybus/internal/testutil"
 )
 
 // binary is the storybus binary built once for the process tests.
@@ -61,16 +62,6 @@ connections:
 		t.Fatal(err)
 	}
 	return p
-}
-
-func freePort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // bus is one storybus serve process.
@@ -172,7 +163,7 @@ func TestKilledAtEveryFaultPoint(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			dir := t.TempDir()
-			cfg, data, addr := writeConfig(t, dir), filepath.Join(dir, "data"), freePort(t)
+			cfg, data, addr := writeConfig(t, dir), filepath.Join(dir, "data"), testutil.FreeAddr(t)
 			id := uuid.NewString()
 			body := []byte(fmt.Sprintf(`{"som_version":"1.0","message_id":%q,"message_type":"story.context","system_id":"cms","timestamp":"2026-11-29T09:00:00Z","payload":{"story_id":"crash","sequence_number":1,"state":"draft","headline":"Harbour bridge approved"}}`, id))
 			if tc.event {

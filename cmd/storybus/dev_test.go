@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/storybus/storybus/internal/testutil"
 )
 
 // TestDevPrintsAWorkingCurlPair runs `storybus dev` as a user would and
@@ -16,7 +18,7 @@ func TestDevPrintsAWorkingCurlPair(t *testing.T) {
 	if _, err := exec.LookPath("curl"); err != nil {
 		t.Fatalf("curl is needed to paste the printed commands: %v", err)
 	}
-	addr, ops := freePort(t), freePort(t)
+	addr, ops := testutil.FreeAddr(t), testutil.FreeAddr(t)
 	cmd := exec.Command(binary, "dev", "--listen", addr, "--ops-listen", ops)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/storybus/storybus/internal/kubelet"
+	"github.com/storybus/storybus/internal/testutil"
 )
 
 // TestServeReloadsItsConfigurationFile edits the workspace file of a
@@ -22,7 +23,7 @@ import (
 func TestServeReloadsItsConfigurationFile(t *testing.T) {
 	dir := t.TempDir()
 	cfg := writeConfig(t, dir)
-	addr, ops := freePort(t), freePort(t)
+	addr, ops := testutil.FreeAddr(t), testutil.FreeAddr(t)
 	b := startBus(t, cfg, filepath.Join(dir, "data"), addr, "--ops-listen", ops)
 	token := b.token(t)
 	seq := 0
@@ -48,13 +49,13 @@ func TestServeReloadsItsConfigurationFile(t *testing.T) {
 		}
 	}
 	replace(strings.Replace(string(original), `messageTypes: ["*"]`, `messageTypes: [story.event]`, 1))
-	eventually(t, 10*time.Second, func() bool {
+	testutil.EventuallyTrue(t, "the reloaded configuration is served", 10*time.Second, func() bool {
 		status, _, err := b.send(token, snapshot(2))
 		return err == nil && status == http.StatusForbidden
 	})
 
 	replace("workspace: newsroom\nsigningKey: short\n")
-	eventually(t, 10*time.Second, func() bool {
+	testutil.EventuallyTrue(t, "the reloaded configuration is served", 10*time.Second, func() bool {
 		res, err := http.Get("http://" + ops + "/readyz")
 		if err != nil {
 			return false
@@ -69,25 +70,13 @@ func TestServeReloadsItsConfigurationFile(t *testing.T) {
 	}
 	replace(string(original))
 	last := 0
-	eventually(t, 10*time.Second, func() bool {
+	testutil.EventuallyTrue(t, "the reloaded configuration is served", 10*time.Second, func() bool {
 		status, _, err := b.send(token, snapshot(2))
 		last = status
 		return err == nil && status == http.StatusAccepted
 	})
 	if last != http.StatusAccepted {
 		t.Fatalf("after restoring the file: %d", last)
-	}
-}
-
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, within time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %s", within)
-		}
-		time.Sleep(100 * time.Millisecond)
 	}
 }
 
@@ -121,7 +110,7 @@ connections:
 	}
 	firstKey := "first-signing-key-0123456789abcdef0123"
 	swap(workspace(`["*"]`), firstKey)
-	addr := freePort(t)
+	addr := testutil.FreeAddr(t)
 	b := startBus(t, cfg, filepath.Join(root, "data"), addr)
 	token := b.token(t)
 	seq := 0
@@ -134,7 +123,7 @@ connections:
 	}
 
 	swap(workspace(`[story.event]`), firstKey)
-	eventually(t, 10*time.Second, func() bool {
+	testutil.EventuallyTrue(t, "the reloaded configuration is served", 10*time.Second, func() bool {
 		status, _, err := b.send(token, snapshot())
 		return err == nil && status == http.StatusForbidden
 	})
@@ -143,7 +132,7 @@ connections:
 	// working, and a token signed with the new one authenticates (the
 	// narrowed grant still refuses the message).
 	swap(workspace(`[story.event]`), "second-signing-key-0123456789abcdef012")
-	eventually(t, 10*time.Second, func() bool {
+	testutil.EventuallyTrue(t, "the reloaded configuration is served", 10*time.Second, func() bool {
 		status, _, err := b.send(token, snapshot())
 		return err == nil && status == http.StatusUnauthorized
 	})

@@ -16,7 +16,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -39,6 +38,7 @@ import (
 
 	"github.com/storybus/storybus/api/v1alpha1"
 	"github.com/storybus/storybus/controllers"
+	"github.com/storybus/storybus/internal/testutil"
 )
 
 // connectionsPerTenant is fixed; the number of Tenants varies.
@@ -111,7 +111,7 @@ func TestOperatorAtScale(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	metricsAddr, probeAddr := freeAddr(t), freeAddr(t)
+	metricsAddr, probeAddr := testutil.FreeAddr(t), testutil.FreeAddr(t)
 	args := []string{"operator", "--kubeconfig", filepath.Join(dir, "kubeconfig"),
 		"--metrics-bind-address", metricsAddr, "--health-probe-bind-address", probeAddr, "--log-level", "error"}
 	if n := os.Getenv("STORYBUS_SCALE_WORKERS"); n != "" {
@@ -346,14 +346,4 @@ func scrape(addr string) (map[string]float64, error) {
 		}
 	}
 	return out, sc.Err()
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/storybus/storybus/api/v1alpha1"
 	"github.com/storybus/storybus/controllers"
+	"github.com/storybus/storybus/internal/testutil"
 )
 
 // TestOperatorRuns runs `storybus operator`'s manager against a real API
@@ -50,7 +50,7 @@ func TestOperatorRuns(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = env.Stop() })
 
-	metrics, health := freeAddr(t), freeAddr(t)
+	metrics, health := testutil.FreeAddr(t), testutil.FreeAddr(t)
 	o := OperatorOptions{
 		MetricsBindAddress:      metrics,
 		HealthProbeBindAddress:  health,
@@ -138,14 +138,4 @@ func TestOperatorRuns(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("operator did not stop")
 	}
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
