@@ -156,14 +156,16 @@ func (s *Server) consumerStart(c *gin.Context, withBody bool) (*consumeRequest, 
 		missingAuthenticationToken(c)
 		return nil, false
 	}
-	r := &consumeRequest{request: request{c: c, ws: ws, cfg: ws.cfg.Load()}, name: c.Param("name")}
+	// A consumer request accepts no message, so it takes no slot of the
+	// daily quota: only the request rate applies.
+	r := &consumeRequest{request: request{c: c, ws: ws, cfg: ws.cfg.Load(), rateOnly: true}, name: c.Param("name")}
 	stages := []func(*request) []rules.Violation{s.authenticate, s.gate}
 	if withBody {
 		stages = append([]func(*request) []rules.Violation{s.readBody}, stages...)
 	} else if c.GetHeader("Content-Type") == "" {
 		// A pull has no body: the firewall's content types, which are
 		// about bodies, judge it as the JSON it answers with.
-		c.Request.Header.Set("Content-Type", "application/json")
+		r.contentType = &contentType{mediaType: "application/json"}
 	}
 	for _, st := range stages {
 		if vs := st(&r.request); len(vs) > 0 {
@@ -200,13 +202,8 @@ func (s *Server) consume(c *gin.Context) {
 		refuse(c, 0, *v)
 		return
 	}
-	cons, v, err := s.durable(c.Request.Context(), r, filters, true)
-	switch {
-	case err != nil:
-		s.consumerUnavailable(c, r, "open consumer", err)
-		return
-	case v != nil:
-		refuse(c, 0, *v)
+	cons, ok := s.openDurable(c, r, filters, true)
+	if !ok {
 		return
 	}
 	msgs, err := pull(c.Request.Context(), cons, r.max, r.wait)
@@ -314,6 +311,21 @@ func (r *consumeRequest) filters(granted []string) ([]string, *rules.Violation) 
 	}
 	slices.Sort(out)
 	return out, nil
+}
+
+// openDurable is durable for a handler: on a refusal or a store failure it
+// answers the request and returns false.
+func (s *Server) openDurable(c *gin.Context, r *consumeRequest, filters []string, create bool) (jetstream.Consumer, bool) {
+	cons, v, err := s.durable(c.Request.Context(), r, filters, create)
+	switch {
+	case err != nil:
+		s.consumerUnavailable(c, r, "open consumer", err)
+		return nil, false
+	case v != nil:
+		refuse(c, 0, *v)
+		return nil, false
+	}
+	return cons, true
 }
 
 // durable returns the workspace's durable pull consumer of the request's
@@ -512,13 +524,7 @@ func (s *Server) ack(c *gin.Context) {
 		}
 		subjects[i] = subj
 	}
-	_, v, err := s.durable(c.Request.Context(), r, nil, false)
-	switch {
-	case err != nil:
-		s.consumerUnavailable(c, r, "open consumer", err)
-		return
-	case v != nil:
-		refuse(c, 0, *v)
+	if _, ok := s.openDurable(c, r, nil, false); !ok {
 		return
 	}
 	if err := s.acknowledge(c.Request.Context(), subjects, payload); err != nil {

@@ -522,3 +522,27 @@ func TestAckActions(t *testing.T) {
 		}
 	}
 }
+
+// Consumer requests accept no message: they count against the
+// connection's request rate only, never its daily quota, so a connection
+// that has used up its quota still reads.
+func TestConsumeIsNotCountedInTheDailyQuota(t *testing.T) {
+	h := newConsumeHarness(t)
+	w := consumerConfig("newsroom")
+	for i := range w.Connections {
+		if c := &w.Connections[i]; c.Name == "all" {
+			c.Grant.Publish = config.PublishGrant{SystemIDs: []string{"all"}, MessageTypes: []string{"*"}}
+			c.Limits = &config.Limits{DailyQuota: 1}
+		}
+	}
+	if err := h.srv.Apply(context.Background(), w); err != nil {
+		t.Fatal(err)
+	}
+	all := h.token(t, "newsroom", "all", allSecret)
+	expect(t, h.post(t, "newsroom", all, snapshot("", "story-q", 1, "all")), http.StatusAccepted, "")
+	expect(t, h.post(t, "newsroom", all, snapshot("", "story-q", 2, "all")), http.StatusTooManyRequests, rules.QuotaExceeded)
+	got := h.pullUntil(t, "newsroom", "quota", all, "max=10", 1)
+	if n, a := h.ackIDs(t, "newsroom", "quota", all, got[0].AckID); a.Status != http.StatusOK || n != 1 {
+		t.Fatalf("ack with the quota used up: %d %s", a.Status, a.Raw)
+	}
+}

@@ -40,6 +40,9 @@ type request struct {
 	warnings []rules.Violation
 	// contentType is the parsed Content-Type, read once by mediaType.
 	contentType *contentType
+	// rateOnly limits the request by its connection's rate alone, without
+	// the daily quota, which counts accepted messages.
+	rateOnly bool
 }
 
 // contentType is a request's Content-Type: its media type in lower case,
@@ -185,9 +188,8 @@ func (s *Server) readBody(r *request) []rules.Violation {
 		// that has not yet authenticated declares.
 		body, err = io.ReadAll(io.LimitReader(r.c.Request.Body, MaxBodyBytes+1))
 	}
-	var maxErr *http.MaxBytesError
 	switch {
-	case errors.As(err, &maxErr) || len(body) > MaxBodyBytes:
+	case len(body) > MaxBodyBytes:
 		return tooLarge()
 	case err != nil:
 		return one(rules.New(rules.MessageNotJSON, "the body could not be read: "+err.Error(), ""))
@@ -235,7 +237,9 @@ func (s *Server) verifyToken(r *request, token string, now time.Time) (*auth.Cla
 		if ws, served := s.workspace(vt.claims.Workspace()); served && ws.cfg.Load() == vt.cfg && now.Before(vt.expires) {
 			return vt.claims, vt.cfg, ""
 		}
-		s.tokens.Delete(token)
+		if _, loaded := s.tokens.LoadAndDelete(token); loaded {
+			s.tokenCount.Add(-1)
+		}
 	}
 	cfg := r.cfg
 	peek, ok := auth.Peek(token)

@@ -27,6 +27,9 @@ const ctxReservation = "storybus.quotaReservation"
 // the end of any other request frees it, so only accepted messages count.
 func (s *Server) limit(r *request) []rules.Violation {
 	lim := r.limits
+	if r.rateOnly {
+		lim.DailyQuota = 0
+	}
 	if lim.RatePerSecond <= 0 && lim.DailyQuota <= 0 {
 		return nil
 	}

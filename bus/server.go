@@ -106,11 +106,13 @@ func (s *Server) Apply(ctx context.Context, cfg *config.Workspace) error {
 	defer s.mu.Unlock()
 	current := *s.workspaces.Load()
 	if ws, ok := current[cfg.ID]; ok {
-		if err := ws.policy.Update(ctx, cfg); err != nil {
-			return fmt.Errorf("workspace %q: %w", cfg.ID, err)
-		}
+		// The store first: should it fail, the policy and the configuration
+		// both stay as they were.
 		if _, err := s.opts.Store.OpenWorkspace(ctx, cfg.ID, cfg.IdempotencyWindow.Duration, s.opts.TopicRetention); err != nil {
 			return err
+		}
+		if err := ws.policy.Update(ctx, cfg); err != nil {
+			return fmt.Errorf("workspace %q: %w", cfg.ID, err)
 		}
 		ws.cfg.Store(cfg)
 		return nil

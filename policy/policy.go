@@ -420,13 +420,16 @@ func (e *Engine) publish(ctx context.Context, c *compiled, in MessageInput, head
 }
 
 // ErrUndeclaredRule is a workspace module emitting a rule id it did not
-// declare: a configuration error, answered as a generic 503.
+// declare, or denying with a catalogued rule that is only ever a warning: a
+// configuration error, answered as a generic 503.
 var ErrUndeclaredRule = errors.New("workspace policy emitted an undeclared rule")
 
 // tenantViolation resolves a violation's source: the bus's rules from the
 // catalogue, the workspace's own from their declarations.
 func tenantViolation(cfg *config.Workspace, v violation, refusal bool) (rules.Violation, error) {
-	if _, ok := rules.Lookup(v.Rule); ok {
+	// A catalogued rule refuses only if the catalogue gives it a status:
+	// one that is only ever a warning would become a 503 to retry forever.
+	if r, ok := rules.Lookup(v.Rule); ok && (r.Status != 0 || !refusal) {
 		return rules.New(v.Rule, v.Message, v.Path), nil
 	}
 	if r, ok := cfg.TenantRule(v.Rule); ok && (r.Status != 0 || !refusal) {
@@ -444,9 +447,6 @@ func messageInput(in MessageInput, withDoc bool) map[string]any {
 	}
 	return m
 }
-
-// Config returns the configuration the policy was last updated with.
-func (e *Engine) Config() *config.Workspace { return e.compiled.Load().cfg }
 
 // maxMemo bounds each memo; a full memo is emptied and refilled.
 const maxMemo = 50_000

@@ -276,3 +276,30 @@ func TestAccess(t *testing.T) {
 		}
 	}
 }
+
+// A workspace module may warn with a catalogued warning, but not refuse
+// with one: a rule without a status would become a 503 retried forever.
+func TestTenantModuleCannotRefuseWithAWarning(t *testing.T) {
+	w := workspace()
+	w.Policies = []config.PolicyModule{{Name: "gaps", Rego: `package storybus.tenant.gaps
+
+deny contains {"rule": "sequence.gap", "message": "no gaps here"} if {
+	input.message.doc.payload.desk == "gaps"
+}
+
+warn contains {"rule": "sequence.gap", "message": "a gap, noted"} if {
+	input.message.doc.payload.desk == "noted"
+}
+`}}
+	e, err := policy.New(context.Background(), w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Publish(context.Background(), message("gaps", "A long enough headline"), policy.HeadInput{}); !errors.Is(err, policy.ErrUndeclaredRule) {
+		t.Fatalf("refusal with a warning rule: err %v", err)
+	}
+	d, err := e.Publish(context.Background(), message("noted", "A long enough headline"), policy.HeadInput{})
+	if err != nil || len(d.Refusals) != 0 || len(d.Warnings) != 1 || d.Warnings[0].Rule != "sequence.gap" {
+		t.Fatalf("warning: %+v %v", d, err)
+	}
+}

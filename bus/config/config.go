@@ -259,14 +259,6 @@ func (w *Workspace) ConnectionByClientID(id string) (*Connection, bool) {
 	return nil, false
 }
 
-// EffectiveLimits returns the connection's limits, or the workspace's.
-func (w *Workspace) EffectiveLimits(c *Connection) Limits {
-	if c.Limits != nil {
-		return *c.Limits
-	}
-	return w.Limits
-}
-
 // Load reads, defaults and validates a workspace configuration file.
 func Load(path string) (*Workspace, error) {
 	b, err := os.ReadFile(path)

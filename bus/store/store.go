@@ -210,16 +210,3 @@ func IsWrongLastSequence(err error) bool {
 	return apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
 		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
 }
-
-// IsUnavailable reports whether err means the store could not be reached,
-// as opposed to the store refusing an operation.
-func IsUnavailable(err error) bool {
-	return errors.Is(err, context.DeadlineExceeded) ||
-		errors.Is(err, nats.ErrTimeout) ||
-		errors.Is(err, nats.ErrNoResponders) ||
-		errors.Is(err, jetstream.ErrNoStreamResponse) ||
-		errors.Is(err, nats.ErrConnectionClosed) ||
-		errors.Is(err, nats.ErrConnectionReconnecting) ||
-		errors.Is(err, nats.ErrDisconnected) ||
-		errors.Is(err, jetstream.ErrJetStreamNotEnabled)
-}
