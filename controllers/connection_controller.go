@@ -95,12 +95,14 @@ func (r *ConnectionReconciler) resolveRefs(ctx context.Context, s *connectionSco
 		name := c.Spec.IAM.AccessKeySecretRef.Name
 		sec := &corev1.Secret{}
 		err := r.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: name}, sec)
+		// The id as the Tenant's compilation will read it.
+		id, _ := workspace.IAMKeys(c, map[string]*corev1.Secret{name: sec})
 		switch {
 		case apierrors.IsNotFound(err):
 			obs = refsObservation{checked: true, reason: v1alpha1.ReasonSecretNotFound, message: fmt.Sprintf("IAM access key Secret %s not found", name)}
 		case err != nil:
 			return fmt.Errorf("get secret %s: %w", name, err)
-		case len(sec.Data[v1alpha1.IAMAccessKeyIDKey]) == 0:
+		case id == "":
 			obs = refsObservation{checked: true, reason: v1alpha1.ReasonSecretNotFound, message: fmt.Sprintf("IAM access key Secret %s has no key %s", name, v1alpha1.IAMAccessKeyIDKey)}
 		}
 	}

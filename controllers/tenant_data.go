@@ -9,9 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -37,18 +35,19 @@ const busStopPoll = 2 * time.Second
 func (r *TenantReconciler) deleteExternalData(ctx context.Context, t *v1alpha1.Tenant) (time.Duration, error) {
 	ext := t.Spec.Storage.External
 	ws := t.EffectiveWorkspaceID()
-	holder, err := r.otherServingTenant(ctx, t)
+	others, err := r.rivals(ctx, t)
 	if err != nil {
 		return 0, err
 	}
-	if holder != nil {
-		r.Recorder.Eventf(t, nil, corev1.EventTypeNormal, "DataKept", "Delete",
-			"deletionPolicy delete: workspace %s on %s is served by Tenant %s/%s; its data is kept", ws, ext.URL, holder.Namespace, holder.Name)
-		return 0, nil
+	for _, o := range others {
+		if o.serving {
+			r.Recorder.Eventf(t, nil, corev1.EventTypeNormal, "DataKept", "Delete",
+				"deletionPolicy delete: workspace %s on %s is served by Tenant %s/%s; its data is kept", ws, ext.URL, o.tenant.Namespace, o.tenant.Name)
+			return 0, nil
+		}
 	}
-	sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: t.Namespace, Name: busName(t)}}
-	if err := r.Delete(ctx, sts); client.IgnoreNotFound(err) != nil {
-		return 0, fmt.Errorf("stop the bus: %w", err)
+	if err := r.stopBus(ctx, t); err != nil {
+		return 0, err
 	}
 	var pods corev1.PodList
 	if err := r.List(ctx, &pods, client.InNamespace(t.Namespace), client.MatchingLabels(selectorLabels(t))); err != nil {
@@ -82,29 +81,6 @@ func (r *TenantReconciler) dataDeletionFailed(t *v1alpha1.Tenant, err error) err
 	r.Recorder.Eventf(t, nil, corev1.EventTypeWarning, "DataDeletionFailed", "Delete",
 		"deletionPolicy delete: %v; retrying (set spec.deletionPolicy to retain to delete the Tenant and keep the data)", err)
 	return fmt.Errorf("delete the workspace's data: %w", err)
-}
-
-// otherServingTenant returns another Tenant whose bus serves t's workspace
-// id on t's cluster, if any.
-func (r *TenantReconciler) otherServingTenant(ctx context.Context, t *v1alpha1.Tenant) (*v1alpha1.Tenant, error) {
-	var l v1alpha1.TenantList
-	if err := r.List(ctx, &l, client.MatchingFields{indexExternalWorkspace: t.EffectiveWorkspaceID()}); err != nil {
-		return nil, fmt.Errorf("list tenants of workspace %s: %w", t.EffectiveWorkspaceID(), err)
-	}
-	for i := range l.Items {
-		o := &l.Items[i]
-		if o.UID == t.UID || !shareServer(t.Spec.Storage.External.URL, o.Spec.Storage.External.URL) {
-			continue
-		}
-		serving, err := r.servesOn(ctx, o, t.Spec.Storage.External.URL)
-		if err != nil {
-			return nil, err
-		}
-		if serving {
-			return o, nil
-		}
-	}
-	return nil, nil
 }
 
 // deleteWorkspaceData connects to the NATS cluster at url (with the

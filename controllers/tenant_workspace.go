@@ -31,27 +31,11 @@ func (r *TenantReconciler) claimWorkspace(ctx context.Context, s *tenantScope) e
 		return nil
 	}
 	contested := t.Spec.Storage.External.URL
-	var l v1alpha1.TenantList
-	if err := r.List(ctx, &l, client.MatchingFields{indexExternalWorkspace: t.EffectiveWorkspaceID()}); err != nil {
-		return fmt.Errorf("list tenants of workspace %s: %w", t.EffectiveWorkspaceID(), err)
+	others, err := r.rivals(ctx, t)
+	if err != nil || len(others) == 0 {
+		return err
 	}
 	self := claimant{tenant: t}
-	var others []claimant
-	for i := range l.Items {
-		o := &l.Items[i]
-		if o.UID == t.UID || !shareServer(contested, o.Spec.Storage.External.URL) {
-			continue
-		}
-		serving, err := r.servesOn(ctx, o, contested)
-		if err != nil {
-			return err
-		}
-		others = append(others, claimant{tenant: o, serving: serving})
-	}
-	if len(others) == 0 {
-		return nil
-	}
-	var err error
 	if self.serving, err = r.servesOn(ctx, t, contested); err != nil {
 		return err
 	}
@@ -62,12 +46,54 @@ func (r *TenantReconciler) claimWorkspace(ctx context.Context, s *tenantScope) e
 	s.workspaceConflict = fmt.Errorf("workspace %s on %s is held by Tenant %s/%s; give this Tenant another spec.workspaceID",
 		t.EffectiveWorkspaceID(), contested, holder.Namespace, holder.Name)
 	if stop {
-		sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: t.Namespace, Name: busName(t)}}
-		if err := r.Delete(ctx, sts); client.IgnoreNotFound(err) != nil {
-			return fmt.Errorf("stop the bus of a conflicting workspace: %w", err)
+		if err := r.stopBus(ctx, t); err != nil {
+			return err
 		}
 	}
 	return reconcile.TerminalError(s.workspaceConflict)
+}
+
+// rivals returns the other Tenants on external storage with t's workspace
+// id and a server in common with t's cluster, and whether each one's bus
+// serves there.
+func (r *TenantReconciler) rivals(ctx context.Context, t *v1alpha1.Tenant) ([]claimant, error) {
+	contested := t.Spec.Storage.External.URL
+	l, err := r.tenantsOfWorkspace(ctx, t)
+	if err != nil {
+		return nil, err
+	}
+	var out []claimant
+	for i := range l {
+		o := &l[i]
+		if o.UID == t.UID || !shareServer(contested, o.Spec.Storage.External.URL) {
+			continue
+		}
+		serving, err := r.servesOn(ctx, o, contested)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, claimant{tenant: o, serving: serving})
+	}
+	return out, nil
+}
+
+// tenantsOfWorkspace lists the Tenants on external storage with t's
+// workspace id, t among them.
+func (r *TenantReconciler) tenantsOfWorkspace(ctx context.Context, t *v1alpha1.Tenant) ([]v1alpha1.Tenant, error) {
+	var l v1alpha1.TenantList
+	if err := r.List(ctx, &l, client.MatchingFields{indexExternalWorkspace: t.EffectiveWorkspaceID()}); err != nil {
+		return nil, fmt.Errorf("list tenants of workspace %s: %w", t.EffectiveWorkspaceID(), err)
+	}
+	return l.Items, nil
+}
+
+// stopBus deletes t's bus StatefulSet.
+func (r *TenantReconciler) stopBus(ctx context.Context, t *v1alpha1.Tenant) error {
+	sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: t.Namespace, Name: busName(t)}}
+	if err := r.Delete(ctx, sts); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("stop the bus: %w", err)
+	}
+	return nil
 }
 
 // claimant is a Tenant using a workspace id on an external cluster, and
@@ -176,12 +202,15 @@ func serverAddress(raw string) string {
 // reconciled when the Tenant ahead of it changes or goes.
 func (r *TenantReconciler) sameWorkspaceTenants(ctx context.Context, o client.Object) []reconcile.Request {
 	t := o.(*v1alpha1.Tenant)
-	var l v1alpha1.TenantList
-	if err := r.List(ctx, &l, client.MatchingFields{indexExternalWorkspace: t.EffectiveWorkspaceID()}); err != nil {
+	if t.Spec.Storage == nil || t.Spec.Storage.External == nil {
+		return nil
+	}
+	l, err := r.tenantsOfWorkspace(ctx, t)
+	if err != nil {
 		return nil
 	}
 	var reqs []reconcile.Request
-	for _, other := range l.Items {
+	for _, other := range l {
 		if other.UID != t.UID {
 			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&other)})
 		}

@@ -134,7 +134,7 @@ func SecretFiles(in Input) map[string][]byte {
 		return out
 	}
 	for _, c := range Belonging(in.Tenant, in.Connections) {
-		if _, key := iamKeys(&c, in.Secrets); key != "" {
+		if _, key := IAMKeys(&c, in.Secrets); key != "" {
 			out[IAMSecretAccessKeyFile(c.Name)] = []byte(key)
 		}
 	}
@@ -147,9 +147,10 @@ func IAMSecretAccessKeyFile(connection string) string {
 	return "iam." + connection + ".secretAccessKey"
 }
 
-// iamKeys returns the access key id and secret access key of c's IAM
-// Secret; empty when c binds none or its Secret is missing.
-func iamKeys(c *v1alpha1.Connection, secrets map[string]*corev1.Secret) (id, key string) {
+// IAMKeys returns the access key id and secret access key of c's IAM
+// Secret (looked up by name in secrets), trimmed; empty when c binds none,
+// or its Secret or the id in it is missing.
+func IAMKeys(c *v1alpha1.Connection, secrets map[string]*corev1.Secret) (id, key string) {
 	iam := c.Spec.IAM
 	if iam == nil {
 		return "", ""
@@ -197,7 +198,7 @@ func connection(c *v1alpha1.Connection, grants []v1alpha1.Grant, secrets map[str
 			out.Grant.Consume.Families = union(out.Grant.Consume.Families, cg.Families)
 		}
 	}
-	if id, key := iamKeys(c, secrets); id != "" {
+	if id, key := IAMKeys(c, secrets); id != "" {
 		// The secret access key itself never enters the configuration (a
 		// ConfigMap): the bus reads it from the Tenant's Secret, mounted.
 		out.IAM = &config.IAM{AccessKeyID: id, RoleARN: c.Spec.IAM.RoleARN, Verified: c.Spec.IAM.Verified}
