@@ -260,8 +260,8 @@ func publishQuery(hasTenant bool) string {
 }
 
 // eval runs a prepared query and decodes its single value into out. The
-// input is converted to a Rego value directly, and the result decoded from
-// its AST, without a JSON round trip through reflection.
+// input is converted to a Rego value directly; the result, a small object,
+// is decoded through JSON.
 func eval(ctx context.Context, q rego.PreparedEvalQuery, input map[string]any, out any) error {
 	value, err := ast.InterfaceToValue(input)
 	if err != nil {

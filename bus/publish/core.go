@@ -37,9 +37,6 @@ import (
 // message.in_flight; after it, the retry takes the record over.
 const Lease = 30 * time.Second
 
-// FamilyStoryContext is the snapshot family: the only one with story heads.
-const FamilyStoryContext = "story-context"
-
 // Clock tells the time the lease is measured against. Tests inject one to
 // cross the 30 s and 7-day boundaries without sleeping.
 type Clock interface{ Now() time.Time }
@@ -249,7 +246,7 @@ func (c *Core) Publish(ctx context.Context, in Input) Outcome {
 		key:      store.EncodeToken(msg.MessageID),
 		hash:     hex.EncodeToString(in.Hash[:]),
 		subject:  store.Subject(c.ws.ID, msg.Family, key),
-		snapshot: msg.Family == FamilyStoryContext,
+		snapshot: msg.Family == som.FamilyStoryContext, // the only family with story heads
 		// Contention compares server timestamps with the real time this
 		// attempt started, not the injectable lease clock.
 		start: time.Now(),
