@@ -228,7 +228,8 @@ func (c *Consumer) call(ctx context.Context, r request) (*answer, error) {
 type Handler func(ctx context.Context, d Delivery) error
 
 // Run pulls and hands every message to h, once per message_id, until ctx
-// ends, when it returns nil. A handled message is acknowledged; a duplicate
+// ends, when it returns nil; the messages of a pull that come after ctx
+// ends are left unacknowledged, to be delivered again. A handled message is acknowledged; a duplicate
 // of a handled one is acknowledged without calling h. Temporary failures
 // (no answer, 429, 5xx) are retried with backoff, honouring Retry-After,
 // for as long as it runs; any other failure (a 401 after a fresh token, a
@@ -253,33 +254,7 @@ func (c *Consumer) Run(ctx context.Context, h Handler) error {
 			continue
 		}
 		failures = 0
-		var done []Delivery
-		for _, d := range ds {
-			if d.MessageID != "" && c.dedup.Seen(d.MessageID) {
-				done = append(done, d)
-				continue
-			}
-			if err := h(ctx, d); err != nil {
-				c.report(err)
-				continue
-			}
-			if d.MessageID != "" {
-				if err := c.dedup.Done(d.MessageID); err != nil {
-					c.report(err)
-				}
-			}
-			done = append(done, d)
-		}
-		if len(done) > 0 {
-			// Handled messages are acknowledged even when ctx has just
-			// ended. A failed acknowledgement means a redelivery, which
-			// the de-duplicator drops.
-			actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ackTimeout)
-			if err := c.Ack(actx, done...); err != nil {
-				c.report(err)
-			}
-			cancel()
-		}
+		c.handle(ctx, ds, h)
 	}
 	return nil
 }
@@ -287,5 +262,53 @@ func (c *Consumer) Run(ctx context.Context, h Handler) error {
 func (c *Consumer) report(err error) {
 	if c.o.OnError != nil {
 		c.o.OnError(err)
+	}
+}
+
+// RunOnce pulls once and hands what came to h as Run does: duplicates are
+// acknowledged without calling h, handled messages are acknowledged, and
+// a message h fails is left to be delivered again. A failed pull is
+// returned, not retried.
+func (c *Consumer) RunOnce(ctx context.Context, h Handler) error {
+	ds, err := c.Fetch(ctx)
+	if err != nil {
+		return err
+	}
+	c.handle(ctx, ds, h)
+	return nil
+}
+
+// handle hands a pull's messages to h, once per message_id, until ctx
+// ends, and acknowledges the handled ones and the duplicates.
+func (c *Consumer) handle(ctx context.Context, ds []Delivery, h Handler) {
+	var done []Delivery
+	for _, d := range ds {
+		if ctx.Err() != nil {
+			break
+		}
+		if d.MessageID != "" && c.dedup.Seen(d.MessageID) {
+			done = append(done, d)
+			continue
+		}
+		if err := h(ctx, d); err != nil {
+			c.report(err)
+			continue
+		}
+		if d.MessageID != "" {
+			if err := c.dedup.Done(d.MessageID); err != nil {
+				c.report(err)
+			}
+		}
+		done = append(done, d)
+	}
+	if len(done) > 0 {
+		// Handled messages are acknowledged even when ctx has just
+		// ended. A failed acknowledgement means a redelivery, which the
+		// de-duplicator drops.
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ackTimeout)
+		if err := c.Ack(actx, done...); err != nil {
+			c.report(err)
+		}
+		cancel()
 	}
 }

@@ -220,3 +220,32 @@ func TestConsumeCommand(t *testing.T) {
 		}
 	}
 }
+
+// --count N prints N messages, even when one pull brings more.
+func TestConsumeCountStopsWithinAPull(t *testing.T) {
+	url := startCLIBus(t)
+	pub := []string{"publish", "--url", url, "--workspace", "newsroom", "--client-id", "cms", "--client-secret", cliCMSSecret, "--outbox", t.TempDir()}
+	for i := range 3 {
+		if code, out, errOut := run(t, snapshotJSON("", "story-n"+strconv.Itoa(i), 1), pub...); code != ExitOK {
+			t.Fatalf("%d %s %s", code, out, errOut)
+		}
+	}
+	flags := []string{"--url", url, "--workspace", "newsroom", "--client-id", "reader", "--client-secret", cliReaderSecret}
+	code, out, errOut := run(t, "", append([]string{"consume", "counted", "--count", "1", "--max", "10"}, flags...)...)
+	if code != ExitOK || strings.Count(out, "\n") != 1 {
+		t.Fatalf("--count 1 printed %q (%d, %s)", out, code, errOut)
+	}
+}
+
+// A stray argument is a usage error (exit 2) for every command that takes
+// none, never ignored.
+func TestStrayArgumentsAreUsageErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{"serve", "extra"}, {"dev", "extra"}, {"bench", "extra"}, {"operator", "extra"},
+		{"token", "extra"}, {"outbox", "list", "extra"}, {"outbox", "resend", "extra"}, {"consume", "a", "b"},
+	} {
+		if code, _, errOut := run(t, "", args...); code != ExitUsage {
+			t.Errorf("%v: exit %d, want %d (%s)", args, code, ExitUsage, errOut)
+		}
+	}
+}

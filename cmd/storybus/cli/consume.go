@@ -118,25 +118,18 @@ func newConsumeCommand() *cobra.Command {
 	return cmd
 }
 
-// consumeOnce pulls once, prints every message and acknowledges them.
+// consumeOnce pulls once, prints every message and acknowledges those
+// printed; a failure to write stops the printing and is returned.
 func consumeOnce(ctx context.Context, c *client.Consumer, print func(client.Delivery) error) error {
-	ds, err := c.Fetch(ctx)
-	if err != nil {
-		return err
+	var writeErr error
+	err := c.RunOnce(ctx, func(_ context.Context, d client.Delivery) error {
+		if writeErr == nil {
+			writeErr = print(d)
+		}
+		return writeErr
+	})
+	if writeErr != nil {
+		return writeErr
 	}
-	var done []client.Delivery
-	for _, d := range ds {
-		if c.Dedup().Seen(d.MessageID) {
-			done = append(done, d)
-			continue
-		}
-		if err := print(d); err != nil {
-			return err
-		}
-		if err := c.Dedup().Done(d.MessageID); err != nil {
-			return err
-		}
-		done = append(done, d)
-	}
-	return c.Ack(ctx, done...)
+	return err
 }

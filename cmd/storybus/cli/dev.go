@@ -17,6 +17,7 @@ func newDevCommand() *cobra.Command {
 	var configFile string
 	cmd := &cobra.Command{
 		Use:   "dev",
+		Args:  cobra.NoArgs,
 		Short: "Serve the sample workspace on localhost with embedded JetStream, nothing to install",
 		Long: "dev serves the sample workspace \"newsroom\" (connections cms and wire, with public development\n" +
 			"secrets) on 127.0.0.1:8080 with an embedded JetStream in a fresh temporary directory, and prints\n" +

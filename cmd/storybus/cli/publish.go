@@ -157,6 +157,12 @@ func newPublishCommand() *cobra.Command {
 			for _, name := range args {
 				if err := pub.file(cmd, name); err != nil {
 					pub.flush()
+					// The exit code is the largest of all: a message
+					// kept in the outbox before the bad input says 5.
+					if e, ok := errors.AsType[exitError](err); ok {
+						e.code = max(e.code, pub.code)
+						return e
+					}
 					return err
 				}
 			}

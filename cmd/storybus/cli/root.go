@@ -56,5 +56,22 @@ func NewRoot(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
 	root.AddCommand(newServeCommand(), newDevCommand(), newBenchCommand())
 	root.AddCommand(newOperatorCommand())
 	root.AddCommand(newTokenCommand(), newPublishCommand(), newOutboxCommand(), newConsumeCommand())
+	argsAreUsage(root)
 	return root
+}
+
+// argsAreUsage makes every command's wrong arguments a usage error (exit
+// 2), as its flags' are.
+func argsAreUsage(cmd *cobra.Command) {
+	if check := cmd.Args; check != nil {
+		cmd.Args = func(c *cobra.Command, args []string) error {
+			if err := check(c, args); err != nil {
+				return usageError{err}
+			}
+			return nil
+		}
+	}
+	for _, sub := range cmd.Commands() {
+		argsAreUsage(sub)
+	}
 }

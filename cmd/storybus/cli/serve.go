@@ -84,6 +84,7 @@ func newServeCommand() *cobra.Command {
 	o := &ServeOptions{}
 	cmd := &cobra.Command{
 		Use:   "serve",
+		Args:  cobra.NoArgs,
 		Short: "Serve the publish API of the workspaces in the configuration files",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if len(o.Configs) == 0 {
