@@ -122,6 +122,6 @@ docs: ## Regenerate the generated docs (docs/rules.md).
 	$(GO) test ./bus/rules/ -run TestDocMatchesCatalogue -update
 
 .PHONY: verify
-verify: lint verify-manifests verify-chart ## Fail when generated files are stale.
+verify: lint verify-manifests verify-chart ## Lint, and fail when generated files or go.mod/go.sum are stale.
 	$(GO) test ./bus/rules/ -run TestDocMatchesCatalogue
 	$(GO) mod tidy -diff
