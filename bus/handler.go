@@ -87,10 +87,11 @@ func (s *Server) stages(auth func(*request) []rules.Violation) []stage {
 func one(v rules.Violation) []rules.Violation { return []rules.Violation{v} }
 
 // publish handles POST /v1/tenants/{t}/messages.
-func (s *Server) publish(c *gin.Context) { s.publishWith(c, s.authenticate) }
+func (s *Server) publish(c *gin.Context) { s.publishWith(c, s.bearerStages) }
 
-// publishWith runs the publish pipeline with auth as its stage 3.
-func (s *Server) publishWith(c *gin.Context, auth func(*request) []rules.Violation) {
+// publishWith runs a publish pipeline: stages (built once by New), then
+// the publish core.
+func (s *Server) publishWith(c *gin.Context, stages []stage) {
 	ws, ok := s.workspace(c.Param("tenant"))
 	if !ok {
 		missingAuthenticationToken(c)
@@ -99,7 +100,7 @@ func (s *Server) publishWith(c *gin.Context, auth func(*request) []rules.Violati
 	ctx, cancel := context.WithTimeout(c.Request.Context(), s.opts.RequestTimeout)
 	defer cancel()
 	req := &request{c: c, ws: ws, cfg: ws.cfg.Load()}
-	for _, st := range s.stages(auth) {
+	for _, st := range stages {
 		if vs := st.run(req); len(vs) > 0 {
 			if !c.Writer.Written() { // the iam routes' stage 3 writes API Gateway's answer itself
 				refuse(c, req.retry, vs...)

@@ -68,7 +68,7 @@ var answeredItself = []rules.Violation{{Message: "answered by the stage"}}
 
 // publishIAM handles POST /v1/tenants/{t}/iam/messages: the publish
 // pipeline, authenticated by an AWS Signature Version 4.
-func (s *Server) publishIAM(c *gin.Context) { s.publishWith(c, s.authenticateIAM) }
+func (s *Server) publishIAM(c *gin.Context) { s.publishWith(c, s.iamStages) }
 
 // authenticateIAM is stage 3 of the iam routes: a Signature Version 4 in
 // the Authorization header, by an access key bound to one of the

@@ -56,7 +56,10 @@ type Server struct {
 	metrics    *Metrics
 	mu         sync.Mutex // serialises Apply
 	workspaces atomic.Pointer[map[string]*workspace]
-	engine     *gin.Engine
+	// bearerStages and iamStages are the publish routes' stages 2 to 9,
+	// with a bearer token or an AWS signature as stage 3.
+	bearerStages, iamStages []stage
+	engine                  *gin.Engine
 	// rejected holds configuration sources whose last load failed.
 	rejectedMu sync.Mutex
 	rejected   map[string]error
@@ -91,6 +94,7 @@ func New(o Options) *Server {
 		o.RequestTimeout = 10 * time.Second
 	}
 	s := &Server{opts: o, log: o.Logger, metrics: o.Metrics}
+	s.bearerStages, s.iamStages = s.stages(s.authenticate), s.stages(s.authenticateIAM)
 	s.workspaces.Store(&map[string]*workspace{})
 	s.engine = s.routes()
 	return s
