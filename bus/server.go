@@ -43,6 +43,9 @@ type Options struct {
 	// everything, no limits): for measuring what the policy costs, never
 	// for serving.
 	WithoutPolicy bool
+	// TokenAttempts limits failed attempts at the token endpoint; nil
+	// takes DefaultTokenAttempts.
+	TokenAttempts *TokenAttempts
 	// RequestTimeout bounds a whole publish; default 10s.
 	RequestTimeout time.Duration
 	Logger         *slog.Logger
@@ -52,6 +55,7 @@ type Options struct {
 // Server serves the publish API of one or more workspaces.
 type Server struct {
 	opts       Options
+	attempts   TokenAttempts
 	log        *slog.Logger
 	metrics    *Metrics
 	mu         sync.Mutex // serialises Apply
@@ -69,12 +73,14 @@ type Server struct {
 }
 
 // workspace is one served workspace: its current configuration, swapped
-// atomically on reload, and its publish core.
+// atomically on reload, its publish core, and its limiter (rate limits,
+// quotas and token attempts), opened on first use.
 type workspace struct {
-	id     string
-	cfg    atomic.Pointer[config.Workspace]
-	policy *policy.Engine
-	core   *publish.Core
+	id      string
+	cfg     atomic.Pointer[config.Workspace]
+	policy  *policy.Engine
+	core    *publish.Core
+	limiter limiterSlot
 }
 
 func init() { gin.SetMode(gin.ReleaseMode) }
@@ -93,7 +99,10 @@ func New(o Options) *Server {
 	if o.RequestTimeout <= 0 {
 		o.RequestTimeout = 10 * time.Second
 	}
-	s := &Server{opts: o, log: o.Logger, metrics: o.Metrics}
+	s := &Server{opts: o, attempts: DefaultTokenAttempts, log: o.Logger, metrics: o.Metrics}
+	if o.TokenAttempts != nil {
+		s.attempts = *o.TokenAttempts
+	}
 	s.bearerStages, s.iamStages = s.stages(s.authenticate), s.stages(s.authenticateIAM)
 	s.workspaces.Store(&map[string]*workspace{})
 	s.engine = s.routes()

@@ -1,10 +1,13 @@
 // Package limits enforces connections' rate limits and daily quotas (stage
-// 6 of the publish pipeline) with counters kept in JetStream, so that every
+// 6 of the publish pipeline), and the token endpoint's limit on failed
+// credential attempts, with counters kept in JetStream, so that every
 // replica of a workspace shares them: a limit holds for the workspace, not
 // per bus process.
 //
 // Each workspace has a key-value bucket, limits-<workspace>, with one key
-// per connection. Its value holds the rate limit's theoretical arrival
+// per connection (c.<connection>), one per client id and one per source
+// address that failed to authenticate (a.client.<id>, a.addr.<address>;
+// see AttemptFailed). A connection's value holds the rate limit's theoretical arrival
 // time (GCRA, a token bucket kept as one timestamp) and the quota's count
 // of accepted messages for the current UTC day, with the slots reserved by
 // requests still in flight. Every change is a compare-and-swap on the
@@ -505,7 +508,7 @@ func (l *Limiter) requeue(c *counter, settles []*op, ambiguous bool, err error) 
 func (l *Limiter) load(ctx context.Context, key string) (state, uint64, error) {
 	e, err := l.kv.Get(ctx, key)
 	switch {
-	case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrKeyDeleted):
+	case isMissing(err):
 		return state{}, 0, nil
 	case err != nil:
 		return state{}, 0, err
@@ -528,6 +531,11 @@ func (l *Limiter) write(ctx context.Context, c *counter, st state) (uint64, erro
 		return l.kv.Create(ctx, c.key, b)
 	}
 	return l.kv.Update(ctx, c.key, b, c.rev)
+}
+
+// isMissing reports a key that holds nothing: never written, or deleted.
+func isMissing(err error) bool {
+	return errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted)
 }
 
 // isConflict reports a compare-and-swap that lost to another writer.

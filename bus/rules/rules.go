@@ -64,6 +64,7 @@ const (
 	AuthTokenExpired       = "auth.token.expired"
 	AuthTokenRevoked       = "auth.token.revoked"
 	AuthCredentialsInvalid = "auth.credentials.invalid"
+	AuthAttemptsExceeded   = "auth.attempts.exceeded"
 	ConnectionInactive     = "connection.inactive"
 	WorkspaceMismatch      = "workspace.mismatch"
 	IAMRoleUnverified      = "iam.role.unverified"
@@ -118,6 +119,9 @@ var policyRules = []Rule{
 	{ID: AuthCredentialsInvalid, Status: http.StatusUnauthorized, Source: SourcePolicy, Stage: 3, Retry: retryNo,
 		Meaning: "The token endpoint did not recognise the client id and secret.",
 		Fix:     "Check the connection's credentials Secret; after a rotation, use the new secret."},
+	{ID: AuthAttemptsExceeded, Status: http.StatusTooManyRequests, Source: SourcePolicy, Stage: 3, Retry: "After Retry-After",
+		Meaning: "Token endpoint only: too many failed attempts with this client id, or from this source address, within the window. Every attempt is refused until the lockout ends, even with the right secret.",
+		Fix:     "Fix the client's credentials, then retry after Retry-After. Tokens already issued keep working. If nobody you know failed, someone is guessing the secret: rotate it."},
 	{ID: ConnectionInactive, Status: http.StatusForbidden, Source: SourcePolicy, Stage: 4, Retry: retryNo,
 		Meaning: "The connection is not active.",
 		Fix:     "Configuration: ask a workspace admin to activate the connection."},

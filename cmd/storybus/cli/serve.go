@@ -34,6 +34,8 @@ type ServeOptions struct {
 	SyncInterval   time.Duration
 	TopicRetention time.Duration
 	LogFormat      string
+	// TokenAttempts limits failed attempts at the token endpoint.
+	TokenAttempts bus.TokenAttempts
 	// FaultKill names a publish fault point at which the process kills
 	// itself with SIGKILL: the crash drills of the fault tests.
 	FaultKill string
@@ -60,11 +62,17 @@ func (o *ServeOptions) bind(cmd *cobra.Command) {
 	f.DurationVar(&o.SyncInterval, "sync-interval", 0, "fsync period with --sync=interval (nats-server's default is 2m)")
 	f.DurationVar(&o.TopicRetention, "topic-retention", 0, "how long the topic keeps messages; 0 keeps them until the store's limits")
 	f.StringVar(&o.LogFormat, "log-format", "json", "log format: json or text")
+	f.IntVar(&o.TokenAttempts.PerClient, "token-failures-per-client", bus.DefaultTokenAttempts.PerClient, "failed token requests with one client id, within --token-failure-window, that lock it out (0: no limit)")
+	f.IntVar(&o.TokenAttempts.PerAddress, "token-failures-per-address", bus.DefaultTokenAttempts.PerAddress, "failed token requests from one source address, within --token-failure-window, that lock it out (0: no limit)")
+	f.DurationVar(&o.TokenAttempts.Window, "token-failure-window", bus.DefaultTokenAttempts.Window, "window of the token failure limits, and how long a lockout lasts")
 	f.StringVar(&o.FaultKill, "fault-kill", "", "crash drill: SIGKILL the process at this publish fault point")
 	_ = f.MarkHidden("fault-kill")
 }
 
 func (o *ServeOptions) validate() error {
+	if a := o.TokenAttempts; a.PerClient < 0 || a.PerAddress < 0 || a.Window < time.Second {
+		return usageError{errors.New("--token-failures-per-client and --token-failures-per-address must be 0 or more, --token-failure-window at least 1s")}
+	}
 	if o.Sync != SyncAlways && o.Sync != SyncInterval {
 		return usageError{fmt.Errorf("--sync must be %s or %s", SyncAlways, SyncInterval)}
 	}
@@ -165,7 +173,7 @@ func Serve(ctx context.Context, o ServeOptions, cfgs []*config.Workspace, log *s
 			return nil
 		}
 	}
-	srv := bus.New(bus.Options{Store: st, Faults: faults, TopicRetention: o.TopicRetention, Logger: log})
+	srv := bus.New(bus.Options{Store: st, Faults: faults, TopicRetention: o.TopicRetention, Logger: log, TokenAttempts: &o.TokenAttempts})
 	for _, cfg := range cfgs {
 		if err := srv.Apply(ctx, cfg); err != nil {
 			return err

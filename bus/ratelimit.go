@@ -3,12 +3,10 @@ package bus
 import (
 	"context"
 	"fmt"
-	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
-	"weak"
 
 	"github.com/storybus/storybus/bus/limits"
 	"github.com/storybus/storybus/bus/rules"
@@ -76,7 +74,7 @@ func (s *Server) countAccepted(r *request) {
 }
 
 // limiterSlot is a workspace's limiter, opened on the first request that
-// has limits.
+// needs it.
 type limiterSlot struct {
 	mu sync.Mutex
 	l  atomic.Pointer[limits.Limiter]
@@ -86,21 +84,10 @@ type limiterSlot struct {
 	err    error
 }
 
-// limiters holds each served workspace's limiter, by workspace, for as
-// long as the workspace is served.
-var limiters sync.Map // weak.Pointer[workspace] → *limiterSlot
-
 // limiter returns the workspace's limiter, opening its bucket on first
 // use; a failure is retried by the next request.
 func (s *Server) limiter(ws *workspace) (*limits.Limiter, error) {
-	key := weak.Make(ws)
-	v, loaded := limiters.Load(key)
-	if !loaded {
-		if v, loaded = limiters.LoadOrStore(key, &limiterSlot{}); !loaded {
-			runtime.AddCleanup(ws, func(k weak.Pointer[workspace]) { limiters.Delete(k) }, key)
-		}
-	}
-	slot := v.(*limiterSlot)
+	slot := &ws.limiter
 	if l := slot.l.Load(); l != nil {
 		return l, nil
 	}

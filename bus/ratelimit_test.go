@@ -72,7 +72,14 @@ func limitedWorkspace(cms, wire *config.Limits) *config.Workspace {
 // the store, its own server and HTTP listener, serving cfg.
 func newReplica(t *testing.T, ns *server.Server, clock publish.Clock, cfg *config.Workspace, faults publish.Faults) *harness {
 	t.Helper()
-	srv := bus.New(bus.Options{Store: connectStore(t, ns), Clock: clock, RequestTimeout: 5 * time.Second, Faults: faults})
+	return newReplicaWith(t, ns, bus.Options{Clock: clock, Faults: faults}, cfg)
+}
+
+// newReplicaWith is newReplica with more of the server's options.
+func newReplicaWith(t *testing.T, ns *server.Server, o bus.Options, cfg *config.Workspace) *harness {
+	t.Helper()
+	o.Store, o.RequestTimeout = connectStore(t, ns), 5*time.Second
+	srv := bus.New(o)
 	if err := srv.Apply(context.Background(), cfg); err != nil {
 		t.Fatal(err)
 	}

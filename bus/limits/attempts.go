@@ -1,0 +1,142 @@
+package limits
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/netip"
+	"time"
+
+	"github.com/storybus/storybus/bus/store"
+)
+
+// AttemptRule limits failed credential attempts on one key: after
+// MaxFailures failures within Window of the first, the key is locked out
+// for Window from the failure that reached the limit. A rule with
+// MaxFailures 0 limits nothing.
+type AttemptRule struct {
+	MaxFailures int
+	Window      time.Duration
+}
+
+// AttemptKey is one key failures are counted on, with its rule.
+type AttemptKey struct {
+	Key  string
+	Rule AttemptRule
+}
+
+// ClientAttemptsKey returns the key of a client id's failed attempts in
+// its workspace's limits bucket.
+func ClientAttemptsKey(clientID string) string { return "a.client." + store.EncodeToken(clientID) }
+
+// AddressAttemptsKey returns the key of a source address's failed
+// attempts. An IPv6 address counts as its /64, which one host usually
+// holds whole: counting single addresses would let it rotate through them.
+func AddressAttemptsKey(addr string) string {
+	if a, err := netip.ParseAddr(addr); err == nil {
+		a = a.Unmap()
+		if a.Is6() {
+			p, _ := a.Prefix(64)
+			addr = p.String()
+		} else {
+			addr = a.String()
+		}
+	}
+	return "a.addr." + store.EncodeToken(addr)
+}
+
+// attempts is what the bucket holds for one attempts key.
+type attempts struct {
+	// Failures counts the failures since Start.
+	Failures int `json:"failures"`
+	// Start is the Unix nanosecond of the window's first failure.
+	Start int64 `json:"start"`
+	// Until, when after now, is the end of the key's lockout.
+	Until int64 `json:"until,omitempty"`
+}
+
+// AttemptsLocked reports how long until every key is out of lockout: zero
+// when none is locked. It only reads.
+func (l *Limiter) AttemptsLocked(ctx context.Context, keys ...AttemptKey) (time.Duration, error) {
+	now := l.clock.Now().UnixNano()
+	var wait time.Duration
+	for _, k := range keys {
+		if k.Rule.MaxFailures <= 0 {
+			continue
+		}
+		a, _, err := l.loadAttempts(ctx, k.Key)
+		if err != nil {
+			return 0, err
+		}
+		if a.Until > now {
+			wait = max(wait, time.Duration(a.Until-now))
+		}
+	}
+	return wait, nil
+}
+
+// AttemptFailed counts one failed attempt on every key, each by
+// compare-and-swap so that replicas add up. A key already locked out is
+// left as it is: failures during a lockout do not prolong it.
+func (l *Limiter) AttemptFailed(ctx context.Context, keys ...AttemptKey) error {
+	for _, k := range keys {
+		if k.Rule.MaxFailures <= 0 {
+			continue
+		}
+		if err := l.failAttempt(ctx, k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (l *Limiter) failAttempt(ctx context.Context, k AttemptKey) error {
+	ctx, cancel := context.WithTimeout(ctx, l.opTimeout)
+	defer cancel()
+	var err error
+	for range maxAttempts {
+		var a attempts
+		var rev uint64
+		if a, rev, err = l.loadAttempts(ctx, k.Key); err != nil {
+			return err
+		}
+		now := l.clock.Now().UnixNano()
+		if a.Until > now {
+			return nil
+		}
+		if now-a.Start >= int64(k.Rule.Window) || a.Failures <= 0 {
+			a = attempts{Start: now}
+		}
+		a.Failures++
+		if a.Failures >= k.Rule.MaxFailures {
+			a.Until = now + int64(k.Rule.Window)
+		}
+		b, _ := json.Marshal(a)
+		if rev == 0 {
+			_, err = l.kv.Create(ctx, k.Key, b)
+		} else {
+			_, err = l.kv.Update(ctx, k.Key, b, rev)
+		}
+		if err == nil || !isConflict(err) {
+			return err
+		}
+	}
+	return errors.New("limits: too many concurrent writers")
+}
+
+// loadAttempts reads an attempts key; a missing or unreadable one is
+// none, at revision 0 when missing.
+func (l *Limiter) loadAttempts(ctx context.Context, key string) (attempts, uint64, error) {
+	e, err := l.kv.Get(ctx, key)
+	switch {
+	case isMissing(err):
+		return attempts{}, 0, nil
+	case err != nil:
+		return attempts{}, 0, err
+	}
+	var a attempts
+	if json.Unmarshal(e.Value(), &a) != nil {
+		return attempts{}, e.Revision(), nil
+	}
+	return a, e.Revision(), nil
+}
