@@ -388,6 +388,11 @@ func (s *Server) workspacePolicy(ctx context.Context, r *request) publish.Policy
 		d, err := r.ws.policy.Publish(ctx, in, policy.HeadInput{
 			Exists: head.Exists, Owner: head.Owner, SequenceNumber: head.SequenceNumber, State: head.State,
 		})
+		if errors.Is(err, policy.ErrTimeout) {
+			s.log.Warn("workspace policy timed out", "workspace", r.ws.id, "messageID", r.msg.MessageID, "error", err)
+			v := rules.New(rules.PolicyTimeout, "the workspace's policy did not decide in time; retry with the same message_id and body", "")
+			return publish.Decision{Refusal: &v, Owner: head.Owner}
+		}
 		if err != nil {
 			s.log.Error("policy evaluation failed", "workspace", r.ws.id, "stage", "workspace policy", "error", err)
 			v := rules.New(rules.BusUnavailable, "internal error; retry with the same message_id and body", "")

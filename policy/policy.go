@@ -10,6 +10,7 @@
 package policy
 
 import (
+	"cmp"
 	"context"
 	"embed"
 	"encoding/json"
@@ -22,6 +23,8 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
+
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/rego"
@@ -117,6 +120,9 @@ type compiled struct {
 	tenant    []config.PolicyModule
 	hasTenant bool
 	cfg       *config.Workspace
+	// timeout bounds each evaluation that runs the workspace's own
+	// modules.
+	timeout time.Duration
 	// storyFree is true when no owner rule, hand-off or workspace module
 	// can look at a story's id: stage 12 then decides without it, and one
 	// memoised decision serves every story with the same head owner.
@@ -124,7 +130,8 @@ type compiled struct {
 	// Decisions of the deterministic built-in modules, memoised by their
 	// whole input for this generation of modules and data (a new
 	// generation starts empty). The workspace's own modules, which see the
-	// whole message, are evaluated every time.
+	// whole message, are evaluated every time. Only decisions are
+	// memoised, never an evaluation that failed or timed out.
 	gateMemo    *memo[GateResult]
 	grantsMemo  *memo[*rules.Violation]
 	publishMemo *memo[Decision]
@@ -168,6 +175,7 @@ func (e *Engine) Update(ctx context.Context, cfg *config.Workspace) error {
 		next = &c
 	}
 	next.cfg = cfg
+	next.timeout = cmp.Or(cfg.PolicyTimeout.Duration, DefaultTimeout)
 	next.storyFree = !next.hasTenant && len(cfg.Ownership.Owners) == 0 && len(cfg.Ownership.Handoffs) == 0
 	next.gateMemo, next.grantsMemo, next.publishMemo = newMemo[GateResult](), newMemo[*rules.Violation](), newMemo[Decision]()
 	if err := storage.WriteOne(ctx, e.store, storage.AddOp, storage.Path{"workspace"}, data); err != nil {
@@ -208,33 +216,82 @@ func workspaceData(cfg *config.Workspace) (map[string]any, error) {
 }
 
 func (e *Engine) compile(ctx context.Context, tenant []config.PolicyModule) (*compiled, error) {
+	compiler, err := compileModules(tenant)
+	if err != nil {
+		return nil, err
+	}
+	return e.prepare(ctx, compiler, tenant)
+}
+
+// compileModules compiles the bus's modules with the workspace's own, and
+// refuses workspace modules that break the sandbox (see checkSandbox).
+func compileModules(tenant []config.PolicyModule) (*ast.Compiler, error) {
+	compiler, err := compileRego(tenant)
+	if err != nil {
+		return nil, err
+	}
+	var errs []error
+	for _, m := range tenant {
+		errs = append(errs, checkSandbox(m.Name, compiler.Modules[tenantFile(m.Name)]))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrCompile, err)
+	}
+	return compiler, nil
+}
+
+// compileRego parses and compiles the bus's modules with the workspace's
+// own, each of which must be package storybus.tenant.<name>.
+func compileRego(tenant []config.PolicyModule) (*ast.Compiler, error) {
 	own, err := Modules(false)
 	if err != nil {
 		return nil, err
 	}
-	modules := map[string]string{}
+	opts := ast.ParserOptions{RegoVersion: ast.RegoV1}
+	modules := map[string]*ast.Module{}
 	for name, src := range own {
-		modules["storybus/"+name] = src
+		if modules["storybus/"+name], err = ast.ParseModuleWithOpts("storybus/"+name, src, opts); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrCompile, err)
+		}
 	}
 	for _, m := range tenant {
-		parsed, err := ast.ParseModuleWithOpts(m.Name+".rego", m.Rego, ast.ParserOptions{RegoVersion: ast.RegoV1})
+		file := tenantFile(m.Name)
+		parsed, err := ast.ParseModuleWithOpts(file, m.Rego, opts)
 		if err != nil {
 			return nil, fmt.Errorf("%w: workspace module %s: %w", ErrCompile, m.Name, err)
 		}
 		if want := "data.storybus.tenant." + m.Name; parsed.Package.Path.String() != want {
 			return nil, fmt.Errorf("%w: workspace module %s must be package %s, not %s", ErrCompile, m.Name, strings.TrimPrefix(want, "data."), parsed.Package.Path)
 		}
-		modules["tenant/"+m.Name+".rego"] = m.Rego
+		modules[file] = parsed
 	}
-	compiler, err := ast.CompileModulesWithOpt(modules, ast.CompileOpts{ParserOptions: ast.ParserOptions{RegoVersion: ast.RegoV1}})
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrCompile, err)
+	compiler := ast.NewCompiler().WithDefaultRegoVersion(ast.RegoV1).WithCapabilities(capabilities)
+	if compiler.Compile(modules); compiler.Failed() {
+		return nil, fmt.Errorf("%w: %w", ErrCompile, compiler.Errors)
 	}
+	return compiler, nil
+}
+
+func tenantFile(name string) string { return "tenant/" + name + ".rego" }
+
+// capabilities are those the modules are compiled and evaluated with:
+// every built-in (checkSandbox refuses workspace modules' calls to the
+// sandbox's), and no host for the network built-ins, so that nothing a
+// policy evaluates can reach the network, whatever it calls.
+var capabilities = func() *ast.Capabilities {
+	c := ast.CapabilitiesForThisVersion()
+	c.AllowNet = []string{}
+	return c
+}()
+
+// prepare prepares the engine's queries over compiled modules.
+func (e *Engine) prepare(ctx context.Context, compiler *ast.Compiler, tenant []config.PolicyModule) (*compiled, error) {
 	prepare := func(query string) (rego.PreparedEvalQuery, error) {
 		return rego.New(rego.Query(query), rego.Compiler(compiler), rego.Store(e.store),
 			rego.StrictBuiltinErrors(true)).PrepareForEval(ctx)
 	}
 	c := &compiled{tenant: slices.Clone(tenant), hasTenant: len(tenant) > 0}
+	var err error
 	for _, q := range []struct {
 		dst   *rego.PreparedEvalQuery
 		query string
@@ -261,14 +318,24 @@ func publishQuery(hasTenant bool) string {
 
 // eval runs a prepared query and decodes its single value into out. The
 // input is converted to a Rego value directly; the result, a small object,
-// is decoded through JSON.
-func eval(ctx context.Context, q rego.PreparedEvalQuery, input map[string]any, out any) error {
+// is decoded through JSON. A timeout above zero bounds the evaluation
+// itself: past it, OPA stops evaluating and eval returns ErrTimeout.
+func eval(ctx context.Context, timeout time.Duration, q rego.PreparedEvalQuery, input map[string]any, out any) error {
 	value, err := ast.InterfaceToValue(input)
 	if err != nil {
 		return fmt.Errorf("policy input: %w", err)
 	}
-	rs, err := q.Eval(ctx, rego.EvalParsedInput(value))
+	ectx := ctx
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ectx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	rs, err := q.Eval(ectx, rego.EvalParsedInput(value))
 	if err != nil {
+		if ctx.Err() == nil && errors.Is(ectx.Err(), context.DeadlineExceeded) {
+			return fmt.Errorf("%w of %s", ErrTimeout, timeout)
+		}
 		return fmt.Errorf("policy evaluation: %w", err)
 	}
 	if len(rs) != 1 || len(rs[0].Expressions) != 1 {
@@ -321,7 +388,7 @@ func (e *Engine) gate(ctx context.Context, c *compiled, in GateInput, req map[st
 		Refusal *violation `json:"refusal"`
 		Limits  Limits     `json:"limits"`
 	}
-	err := eval(ctx, c.gate, map[string]any{"connection": in.Connection, "iam": in.IAM, "request": req}, &out)
+	err := eval(ctx, 0, c.gate, map[string]any{"connection": in.Connection, "iam": in.IAM, "request": req}, &out)
 	return GateResult{Refusal: out.Refusal.toRule(), Limits: out.Limits}, err
 }
 
@@ -330,7 +397,7 @@ func (e *Engine) gate(ctx context.Context, c *compiled, in GateInput, req map[st
 // firewall and limits, for the token route.
 func (e *Engine) Access(ctx context.Context, connection string) (*rules.Violation, error) {
 	var out *violation
-	if err := eval(ctx, e.compiled.Load().access, map[string]any{"connection": connection, "iam": false}, &out); err != nil {
+	if err := eval(ctx, 0, e.compiled.Load().access, map[string]any{"connection": connection, "iam": false}, &out); err != nil {
 		return nil, err
 	}
 	return out.toRule(), nil
@@ -344,7 +411,7 @@ func (e *Engine) Grants(ctx context.Context, in MessageInput) (*rules.Violation,
 		return r, nil
 	}
 	var out *violation
-	err := eval(ctx, c.grants, map[string]any{"connection": in.Connection, "message": messageInput(in, false)}, &out)
+	err := eval(ctx, 0, c.grants, map[string]any{"connection": in.Connection, "message": messageInput(in, false)}, &out)
 	if err != nil {
 		return nil, err
 	}
@@ -356,7 +423,7 @@ func (e *Engine) Grants(ctx context.Context, in MessageInput) (*rules.Violation,
 // Families returns the families a connection may consume ("*" for all).
 func (e *Engine) Families(ctx context.Context, connection string) ([]string, error) {
 	var out []string
-	err := eval(ctx, e.compiled.Load().families, map[string]any{"connection": connection}, &out)
+	err := eval(ctx, 0, e.compiled.Load().families, map[string]any{"connection": connection}, &out)
 	return out, err
 }
 
@@ -387,7 +454,14 @@ func (e *Engine) publish(ctx context.Context, c *compiled, in MessageInput, head
 		Refusals []violation `json:"refusals"`
 		Warnings []violation `json:"warnings"`
 	}
-	err := eval(ctx, c.publish, map[string]any{
+	// Only the workspace's own modules are put under the deadline: the
+	// bus's are fixed and bounded, and a loaded machine must not turn them
+	// into refusals.
+	var timeout time.Duration
+	if c.hasTenant {
+		timeout = c.timeout
+	}
+	err := eval(ctx, timeout, c.publish, map[string]any{
 		"connection": in.Connection,
 		"message":    messageInput(in, c.hasTenant),
 		"head":       map[string]any{"exists": head.Exists, "owner": head.Owner, "sequence_number": head.SequenceNumber, "state": head.State},

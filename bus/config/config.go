@@ -87,6 +87,9 @@ type Workspace struct {
 	Firewall Firewall `json:"firewall,omitempty"`
 	// Policies are the workspace's own Rego modules (stage 12).
 	Policies []PolicyModule `json:"policies,omitempty"`
+	// PolicyTimeout bounds one evaluation of the workspace's own modules,
+	// from 1ms to 1s; zero takes the policy package's default (100ms).
+	PolicyTimeout Duration `json:"policyTimeout,omitzero"`
 	// Connections are the producers and consumers allowed in.
 	Connections []Connection `json:"connections,omitempty"`
 }
@@ -365,6 +368,9 @@ func (w *Workspace) Validate() error {
 		if _, err := regexp.Compile(p); err != nil {
 			add("firewall.blockedPatterns[%d]: %v", i, err)
 		}
+	}
+	if d := w.PolicyTimeout.Duration; d != 0 && (d < time.Millisecond || d > time.Second) {
+		add("policyTimeout %s must be between 1ms and 1s", d)
 	}
 	modules, tenantRules := map[string]bool{}, map[string]bool{}
 	for i, m := range w.Policies {

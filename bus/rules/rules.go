@@ -82,6 +82,7 @@ const (
 	SequenceGap            = "sequence.gap"
 	SequenceStart          = "sequence.start"
 	StoryNotOwner          = "story.not_owner"
+	PolicyTimeout          = "policy.timeout"
 	CommitContention       = "commit.contention"
 	BusPublishFailed       = "bus.publish_failed"
 	RegistryUnavailable    = "registry.unavailable"
@@ -185,6 +186,9 @@ var policyRules = []Rule{
 	{ID: StoryNotOwner, Status: http.StatusConflict, Source: SourcePolicy, Stage: 12, Warning: true, Retry: retryNo,
 		Meaning: "The publishing system does not own the story. A warning when the workspace tolerates it (the default), 409 when it refuses.",
 		Fix:     "Publish from the story's owner, or ask a workspace admin for a hand-off."},
+	{ID: PolicyTimeout, Status: http.StatusServiceUnavailable, Source: SourcePolicy, Stage: 12, Retry: retryBackoff,
+		Meaning: "The workspace's own policy modules did not decide within the workspace's policy deadline (policyTimeout, 100 ms by default). Nothing was recorded or published.",
+		Fix:     "Retry with the same message_id and body, honouring Retry-After. If it persists, the workspace's policy is too slow for this message: tell the workspace admin."},
 	{ID: CommitContention, Status: http.StatusConflict, Source: SourcePolicy, Stage: 13, Retry: "With a fresh snapshot",
 		Meaning: "Another writer changed the story at the same moment. Nothing was recorded for this message.",
 		Fix:     "Rebuild the snapshot from current state and send it after a moment. If it keeps happening, two processes write one story."},

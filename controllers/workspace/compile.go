@@ -19,6 +19,7 @@ import (
 
 	"github.com/storybus/storybus/api/v1alpha1"
 	"github.com/storybus/storybus/bus/config"
+	"github.com/storybus/storybus/policy"
 )
 
 // Input is everything one Tenant's configuration is compiled from. Objects
@@ -58,7 +59,8 @@ var ErrInvalid = errors.New("invalid workspace configuration")
 // validated as the bus would. Connections are ordered by name; the Grants of
 // a connection add up in Grant name order; OwnershipPolicies are merged in
 // name order (owners and handoffs concatenated, refuse wins over tolerate).
-// Errors wrap ErrInvalid.
+// The Tenant's own Rego modules are compiled as the bus compiles them
+// (policy.CheckModules). Errors wrap ErrInvalid.
 func Compile(in Input) (*config.Workspace, error) {
 	t := in.Tenant
 	if t == nil {
@@ -105,6 +107,11 @@ func Compile(in Input) (*config.Workspace, error) {
 	check := *w
 	check.SigningKey, check.SigningKeyFile = string(in.SigningKey), ""
 	errs = append(errs, check.Validate())
+	if len(w.Policies) > 0 {
+		// The same compile as the bus's at load, sandbox included: a module
+		// the bus would refuse never reaches the ConfigMap.
+		errs = append(errs, policy.CheckModules(w.Policies))
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}

