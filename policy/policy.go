@@ -25,6 +25,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	lru "github.com/hashicorp/golang-lru/v2"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/rego"
@@ -132,9 +133,9 @@ type compiled struct {
 	// generation starts empty). The workspace's own modules, which see the
 	// whole message, are evaluated every time. Only decisions are
 	// memoised, never an evaluation that failed or timed out.
-	gateMemo    *memo[GateResult]
-	grantsMemo  *memo[*rules.Violation]
-	publishMemo *memo[Decision]
+	gateMemo    *lru.Cache[string, GateResult]
+	grantsMemo  *lru.Cache[string, *rules.Violation]
+	publishMemo *lru.Cache[string, Decision]
 	gate        rego.PreparedEvalQuery
 	access      rego.PreparedEvalQuery
 	grants      rego.PreparedEvalQuery
@@ -372,13 +373,13 @@ func (e *Engine) Gate(ctx context.Context, in GateInput) (GateResult, error) {
 		req["body"] = string(in.Body)
 	} else {
 		key = memoKey(in.Connection, strconv.FormatBool(in.IAM), in.ClientIP, in.MediaType, strconv.Itoa(in.JSONDepth))
-		if r, ok := c.gateMemo.get(key); ok {
+		if r, ok := c.gateMemo.Get(key); ok {
 			return r, nil
 		}
 	}
 	r, err := e.gate(ctx, c, in, req)
 	if err == nil && key != "" {
-		c.gateMemo.put(key, r)
+		c.gateMemo.Add(key, r)
 	}
 	return r, err
 }
@@ -407,7 +408,7 @@ func (e *Engine) Access(ctx context.Context, connection string) (*rules.Violatio
 func (e *Engine) Grants(ctx context.Context, in MessageInput) (*rules.Violation, error) {
 	c := e.compiled.Load()
 	key := memoKey(in.Connection, in.SystemID, in.MessageType)
-	if r, ok := c.grantsMemo.get(key); ok {
+	if r, ok := c.grantsMemo.Get(key); ok {
 		return r, nil
 	}
 	var out *violation
@@ -416,7 +417,7 @@ func (e *Engine) Grants(ctx context.Context, in MessageInput) (*rules.Violation,
 		return nil, err
 	}
 	r := out.toRule()
-	c.grantsMemo.put(key, r)
+	c.grantsMemo.Add(key, r)
 	return r, nil
 }
 
@@ -437,13 +438,13 @@ func (e *Engine) Publish(ctx context.Context, in MessageInput, head HeadInput) (
 		in.StoryID = ""
 	}
 	key := memoKey(in.Connection, in.Family, in.SystemID, in.StoryID, strconv.FormatBool(head.Exists), head.Owner)
-	if d, ok := c.publishMemo.get(key); ok {
+	if d, ok := c.publishMemo.Get(key); ok {
 		d.Refusals, d.Warnings = slices.Clone(d.Refusals), slices.Clone(d.Warnings)
 		return d, nil
 	}
 	d, err := e.publish(ctx, c, in, head)
 	if err == nil {
-		c.publishMemo.put(key, d)
+		c.publishMemo.Add(key, d)
 	}
 	return d, err
 }
@@ -522,31 +523,16 @@ func messageInput(in MessageInput, withDoc bool) map[string]any {
 	return m
 }
 
-// maxMemo bounds each memo; a full memo is emptied and refilled.
+// maxMemo bounds each memo; a full memo forgets its least recently used
+// decision.
 const maxMemo = 50_000
 
-// memo remembers decisions by input key.
-type memo[V any] struct {
-	mu sync.Mutex
-	m  map[string]V
-}
-
-func newMemo[V any]() *memo[V] { return &memo[V]{m: map[string]V{}} }
-
-func (m *memo[V]) get(key string) (V, bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	v, ok := m.m[key]
-	return v, ok
-}
-
-func (m *memo[V]) put(key string, v V) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if len(m.m) >= maxMemo {
-		clear(m.m)
+func newMemo[V any]() *lru.Cache[string, V] {
+	m, err := lru.New[string, V](maxMemo)
+	if err != nil { // only for a size below 1
+		panic(err)
 	}
-	m.m[key] = v
+	return m
 }
 
 // memoKey joins input fields with a separator no field can hold.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -95,5 +96,28 @@ deny contains {"rule": "tenant.costly", "message": "counted"} if {
 	d, err := e.Publish(context.Background(), sandboxMessage(), HeadInput{})
 	if err != nil || len(d.Refusals) != 1 || d.Refusals[0].Rule != "tenant.costly" || d.Status != 409 {
 		t.Fatalf("Publish under 1m: %+v %v", d, err)
+	}
+}
+
+// TestMemoEvictsLeastRecentlyUsed proves a full memo forgets one decision,
+// the least recently used, not all of them: a busy connection's decision
+// survives a flood of new inputs.
+func TestMemoEvictsLeastRecentlyUsed(t *testing.T) {
+	m := newMemo[int]()
+	for i := range maxMemo {
+		m.Add(strconv.Itoa(i), i)
+	}
+	if _, ok := m.Get("0"); !ok {
+		t.Fatal("a decision is missing before the memo is full")
+	}
+	m.Add("new", -1)
+	if _, ok := m.Get("0"); !ok {
+		t.Fatal("the most recently used decision was forgotten")
+	}
+	if _, ok := m.Get("1"); ok {
+		t.Fatal("the least recently used decision is still memoised")
+	}
+	if m.Len() != maxMemo {
+		t.Fatalf("memo holds %d decisions, want %d", m.Len(), maxMemo)
 	}
 }
