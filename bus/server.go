@@ -263,18 +263,36 @@ func (s *Server) Ready(ctx context.Context) error {
 // file). A failure is logged, counted, and shown on /readyz while the
 // previous configuration stays in force; a success clears it.
 func (s *Server) ConfigLoaded(source string, err error) {
+	if s.loaded(source, err) {
+		s.log.Error("workspace configuration rejected; the previous one stays in force", "source", source, "error", err)
+	}
+}
+
+// KeyPairLoaded reports the outcome of reloading the publish port's TLS key
+// pair from certFile, as ConfigLoaded does for a configuration: a pair
+// that did not load is logged, counted and shown on /readyz, and the
+// previous pair keeps serving.
+func (s *Server) KeyPairLoaded(certFile string, err error) {
+	if s.loaded(certFile, err) {
+		s.log.Error("TLS key pair rejected; the previous one stays in force", "source", certFile, "error", err)
+	}
+}
+
+// loaded records a reload's outcome by source and reports whether it was
+// a rejection.
+func (s *Server) loaded(source string, err error) bool {
 	s.rejectedMu.Lock()
 	defer s.rejectedMu.Unlock()
 	if err == nil {
 		delete(s.rejected, source)
-		return
+		return false
 	}
 	s.metrics.policyErr.WithLabelValues(source).Inc()
-	s.log.Error("workspace configuration rejected; the previous one stays in force", "source", source, "error", err)
 	if s.rejected == nil {
 		s.rejected = map[string]error{}
 	}
 	s.rejected[source] = err
+	return true
 }
 
 // ConfigErrors returns, by configuration source, the last content that

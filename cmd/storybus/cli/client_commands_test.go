@@ -31,6 +31,17 @@ func startCLIBus(t *testing.T) string {
 	t.Helper()
 	_, st := storetest.Embedded(t)
 	srv := bus.New(bus.Options{Store: st, Logger: slog.New(slog.DiscardHandler)})
+	if err := srv.Apply(context.Background(), cliWorkspace()); err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(hs.Close)
+	return hs.URL
+}
+
+// cliWorkspace is workspace "newsroom" with connections cms, a producer,
+// and reader, a consumer.
+func cliWorkspace() *config.Workspace {
 	w := &config.Workspace{
 		ID:         "newsroom",
 		SigningKey: "newsroom-signing-key-0123456789abcdef0123",
@@ -42,12 +53,7 @@ func startCLIBus(t *testing.T) string {
 		},
 	}
 	w.Default()
-	if err := srv.Apply(context.Background(), w); err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewServer(srv.Handler())
-	t.Cleanup(hs.Close)
-	return hs.URL
+	return w
 }
 
 // run runs the storybus command line; the environment holds no secret.

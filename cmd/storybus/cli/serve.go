@@ -2,6 +2,8 @@ package cli
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -18,6 +20,7 @@ import (
 	"github.com/storybus/storybus/bus/config"
 	"github.com/storybus/storybus/bus/publish"
 	"github.com/storybus/storybus/bus/store"
+	"github.com/storybus/storybus/bus/tlsconfig"
 )
 
 // ServeOptions are the flags of `storybus serve`.
@@ -36,6 +39,13 @@ type ServeOptions struct {
 	LogFormat      string
 	// TokenAttempts limits failed attempts at the token endpoint.
 	TokenAttempts bus.TokenAttempts
+	// TLSCertFile and TLSKeyFile, when set, make the publish port serve
+	// HTTPS only, with this key pair, reloaded when the files change.
+	TLSCertFile string
+	TLSKeyFile  string
+	// TLSClientCAFile, when set, lets clients present certificates signed
+	// by these authorities (mutual TLS).
+	TLSClientCAFile string
 	// FaultKill names a publish fault point at which the process kills
 	// itself with SIGKILL: the crash drills of the fault tests.
 	FaultKill string
@@ -65,6 +75,9 @@ func (o *ServeOptions) bind(cmd *cobra.Command) {
 	f.IntVar(&o.TokenAttempts.PerClient, "token-failures-per-client", bus.DefaultTokenAttempts.PerClient, "failed token requests with one client id, within --token-failure-window, that lock it out (0: no limit)")
 	f.IntVar(&o.TokenAttempts.PerAddress, "token-failures-per-address", bus.DefaultTokenAttempts.PerAddress, "failed token requests from one source address, within --token-failure-window, that lock it out (0: no limit)")
 	f.DurationVar(&o.TokenAttempts.Window, "token-failure-window", bus.DefaultTokenAttempts.Window, "window of the token failure limits, and how long a lockout lasts")
+	f.StringVar(&o.TLSCertFile, "tls-cert-file", "", "PEM certificate chain: the publish port then serves HTTPS only (reloaded when the file changes)")
+	f.StringVar(&o.TLSKeyFile, "tls-key-file", "", "PEM private key of --tls-cert-file")
+	f.StringVar(&o.TLSClientCAFile, "tls-client-ca-file", "", "PEM authorities whose client certificates are accepted (mutual TLS)")
 	f.StringVar(&o.FaultKill, "fault-kill", "", "crash drill: SIGKILL the process at this publish fault point")
 	_ = f.MarkHidden("fault-kill")
 }
@@ -75,6 +88,12 @@ func (o *ServeOptions) validate() error {
 	}
 	if o.Sync != SyncAlways && o.Sync != SyncInterval {
 		return usageError{fmt.Errorf("--sync must be %s or %s", SyncAlways, SyncInterval)}
+	}
+	if (o.TLSCertFile == "") != (o.TLSKeyFile == "") {
+		return usageError{errors.New("--tls-cert-file and --tls-key-file go together")}
+	}
+	if o.TLSClientCAFile != "" && o.TLSCertFile == "" {
+		return usageError{errors.New("--tls-client-ca-file needs --tls-cert-file and --tls-key-file")}
 	}
 	if o.FaultKill != "" {
 		known := false
@@ -196,6 +215,10 @@ func Serve(ctx context.Context, o ServeOptions, cfgs []*config.Workspace, log *s
 		}
 	}
 
+	tlsConfig, err := serverTLS(ctx, o, srv, log)
+	if err != nil {
+		return err
+	}
 	apiLn, err := net.Listen("tcp", o.Listen)
 	if err != nil {
 		return err
@@ -205,12 +228,24 @@ func Serve(ctx context.Context, o ServeOptions, cfgs []*config.Workspace, log *s
 		apiLn.Close()
 		return err
 	}
-	api := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
+	api := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute,
+		// Failed handshakes (plain HTTP to the TLS port, an untrusted
+		// certificate, TLS 1.1) are the server's own log lines.
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	api.TLSConfig = tlsConfig
 	ops := &http.Server{Handler: srv.OpsHandler(), ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 2)
-	go func() { errc <- api.Serve(apiLn) }()
+	go func() {
+		if tlsConfig != nil {
+			// HTTPS only: a plain HTTP request gets Go's 400 "Client sent
+			// an HTTP request to an HTTPS server" and the connection closes.
+			errc <- api.ServeTLS(apiLn, "", "")
+			return
+		}
+		errc <- api.Serve(apiLn)
+	}()
 	go func() { errc <- ops.Serve(opsLn) }()
-	log.Info("storybus bus serving", "api", apiLn.Addr().String(), "ops", opsLn.Addr().String(), "embedded", ns != nil, "sync", o.Sync)
+	log.Info("storybus bus serving", "api", apiLn.Addr().String(), "ops", opsLn.Addr().String(), "tls", tlsConfig != nil, "embedded", ns != nil, "sync", o.Sync)
 	if ready != nil {
 		ready(apiLn.Addr(), opsLn.Addr())
 	}
@@ -227,4 +262,34 @@ func Serve(ctx context.Context, o ServeOptions, cfgs []*config.Workspace, log *s
 		err = nil
 	}
 	return err
+}
+
+// serverTLS returns the publish port's TLS configuration, or nil without
+// --tls-cert-file. The key pair is reloaded when its files change; a pair
+// that does not load is reported through the server like a rejected
+// configuration, and the previous one keeps serving.
+func serverTLS(ctx context.Context, o ServeOptions, srv *bus.Server, log *slog.Logger) (*tls.Config, error) {
+	if o.TLSCertFile == "" {
+		return nil, nil
+	}
+	pair, err := tlsconfig.LoadKeyPair(o.TLSCertFile, o.TLSKeyFile)
+	if err != nil {
+		return nil, err
+	}
+	var clientCAs *x509.CertPool
+	if o.TLSClientCAFile != "" {
+		if clientCAs, err = tlsconfig.LoadClientCAs(o.TLSClientCAFile); err != nil {
+			return nil, err
+		}
+	}
+	err = pair.Watch(ctx, 100*time.Millisecond, func(err error) {
+		srv.KeyPairLoaded(o.TLSCertFile, err)
+		if err == nil {
+			log.Info("TLS key pair reloaded", "file", o.TLSCertFile, "notAfter", pair.Leaf().NotAfter)
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	return tlsconfig.Server(pair, clientCAs), nil
 }
