@@ -286,7 +286,7 @@ func (s *Server) gate(r *request) []rules.Violation {
 	verdict, err := r.ws.policy.Gate(r.c.Request.Context(), policy.GateInput{
 		Connection: r.conn.Name,
 		IAM:        r.iam,
-		ClientIP:   r.c.ClientIP(),
+		ClientIP:   clientAddress(r.c),
 		MediaType:  r.mediaType().mediaType,
 		JSONDepth:  depth,
 		Body:       r.body,

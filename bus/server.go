@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -46,6 +47,11 @@ type Options struct {
 	// TokenAttempts limits failed attempts at the token endpoint; nil
 	// takes DefaultTokenAttempts.
 	TokenAttempts *TokenAttempts
+	// TrustedProxies are the addresses of the proxies (a Gateway, an
+	// Ingress controller, a load balancer) whose X-Forwarded-For gives the
+	// client's address. Empty: no proxy is trusted and the client's
+	// address is the peer's.
+	TrustedProxies []netip.Prefix
 	// RequestTimeout bounds a whole publish; default 10s.
 	RequestTimeout time.Duration
 	Logger         *slog.Logger
@@ -182,8 +188,7 @@ func (s *Server) Handler() http.Handler { return s.engine }
 
 func (s *Server) routes() *gin.Engine {
 	r := gin.New()
-	// The firewall sees the peer's address; no proxy header is trusted.
-	_ = r.SetTrustedProxies(nil)
+	trustProxies(r, s.opts.TrustedProxies)
 	// Unknown paths and methods get API Gateway's answer, never a redirect,
 	// a 404 or a 405.
 	r.RedirectTrailingSlash = false

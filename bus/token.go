@@ -45,7 +45,7 @@ var DefaultTokenAttempts = TokenAttempts{PerClient: 10, PerAddress: 100, Window:
 // only, so guessing ids cannot fill the bucket with keys).
 func (a TokenAttempts) keys(c *gin.Context, cfg *config.Workspace, clientID string) []limits.AttemptKey {
 	keys := []limits.AttemptKey{{
-		Key:  limits.AddressAttemptsKey(c.RemoteIP()),
+		Key:  limits.AddressAttemptsKey(clientAddress(c)),
 		Rule: limits.AttemptRule{MaxFailures: a.PerAddress, Window: a.Window},
 	}}
 	if _, known := cfg.ConnectionByClientID(clientID); known {

@@ -9,7 +9,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
+	"strings"
 	"syscall"
 	"time"
 
@@ -46,6 +48,9 @@ type ServeOptions struct {
 	// TLSClientCAFile, when set, lets clients present certificates signed
 	// by these authorities (mutual TLS).
 	TLSClientCAFile string
+	// TrustedProxies are the addresses or CIDRs of the proxies whose
+	// X-Forwarded-For gives the client's address; parsed by validate.
+	TrustedProxies []string
 	// FaultKill names a publish fault point at which the process kills
 	// itself with SIGKILL: the crash drills of the fault tests.
 	FaultKill string
@@ -78,6 +83,7 @@ func (o *ServeOptions) bind(cmd *cobra.Command) {
 	f.StringVar(&o.TLSCertFile, "tls-cert-file", "", "PEM certificate chain: the publish port then serves HTTPS only (reloaded when the file changes)")
 	f.StringVar(&o.TLSKeyFile, "tls-key-file", "", "PEM private key of --tls-cert-file")
 	f.StringVar(&o.TLSClientCAFile, "tls-client-ca-file", "", "PEM authorities whose client certificates are accepted (mutual TLS)")
+	f.StringSliceVar(&o.TrustedProxies, "trusted-proxies", nil, "addresses or CIDRs of the proxies whose X-Forwarded-For gives the client's address (default: none, the peer's address)")
 	f.StringVar(&o.FaultKill, "fault-kill", "", "crash drill: SIGKILL the process at this publish fault point")
 	_ = f.MarkHidden("fault-kill")
 }
@@ -94,6 +100,9 @@ func (o *ServeOptions) validate() error {
 	}
 	if o.TLSClientCAFile != "" && o.TLSCertFile == "" {
 		return usageError{errors.New("--tls-client-ca-file needs --tls-cert-file and --tls-key-file")}
+	}
+	if _, err := parseProxies(o.TrustedProxies); err != nil {
+		return err
 	}
 	if o.FaultKill != "" {
 		known := false
@@ -192,7 +201,11 @@ func Serve(ctx context.Context, o ServeOptions, cfgs []*config.Workspace, log *s
 			return nil
 		}
 	}
-	srv := bus.New(bus.Options{Store: st, Faults: faults, TopicRetention: o.TopicRetention, Logger: log, TokenAttempts: &o.TokenAttempts})
+	proxies, err := parseProxies(o.TrustedProxies)
+	if err != nil {
+		return err
+	}
+	srv := bus.New(bus.Options{Store: st, Faults: faults, TopicRetention: o.TopicRetention, Logger: log, TokenAttempts: &o.TokenAttempts, TrustedProxies: proxies})
 	for _, cfg := range cfgs {
 		if err := srv.Apply(ctx, cfg); err != nil {
 			return err
@@ -292,4 +305,27 @@ func serverTLS(ctx context.Context, o ServeOptions, srv *bus.Server, log *slog.L
 		return nil, err
 	}
 	return tlsconfig.Server(pair, clientCAs), nil
+}
+
+// parseProxies reads the trusted proxies: CIDRs, or single addresses.
+func parseProxies(vs []string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, v := range vs {
+		v = strings.TrimSpace(v)
+		var p netip.Prefix
+		var err error
+		if strings.Contains(v, "/") {
+			p, err = netip.ParsePrefix(v)
+		} else {
+			var a netip.Addr
+			if a, err = netip.ParseAddr(v); err == nil {
+				p = netip.PrefixFrom(a, a.BitLen())
+			}
+		}
+		if err != nil {
+			return nil, usageError{fmt.Errorf("--trusted-proxies: %w", err)}
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
 }

@@ -36,8 +36,9 @@ type tlsBus struct {
 }
 
 // serveTLS runs Serve with a key pair for 127.0.0.1 signed by a fresh CA,
-// and the extra options of with.
-func serveTLS(t *testing.T, with func(*ServeOptions)) *tlsBus {
+// serving cliWorkspace; with, when set, changes the options and the
+// workspace first.
+func serveTLS(t *testing.T, with func(*ServeOptions, *config.Workspace)) *tlsBus {
 	t.Helper()
 	ca, err := certgen.NewCA("storybus test CA")
 	if err != nil {
@@ -51,14 +52,15 @@ func serveTLS(t *testing.T, with func(*ServeOptions)) *tlsBus {
 		Listen: "127.0.0.1:0", OpsListen: "127.0.0.1:0", DataDir: t.TempDir(), Sync: SyncAlways,
 		TLSCertFile: b.certFile, TLSKeyFile: filepath.Join(b.volume, "tls.key"),
 	}
+	w := cliWorkspace()
 	if with != nil {
-		with(&o)
+		with(&o, w)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan [2]string, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- Serve(ctx, o, []*config.Workspace{cliWorkspace()}, slog.New(slog.DiscardHandler), func(api, ops net.Addr) {
+		done <- Serve(ctx, o, []*config.Workspace{w}, slog.New(slog.DiscardHandler), func(api, ops net.Addr) {
 			ready <- [2]string{api.String(), ops.String()}
 		})
 	}()
