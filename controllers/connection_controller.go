@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/storybus/storybus/api/v1alpha1"
+	"github.com/storybus/storybus/bus/config"
 	"github.com/storybus/storybus/controllers/workspace"
 )
 
@@ -43,6 +44,9 @@ type connectionScope struct {
 	sec   *corev1.Secret
 	owned bool
 	inUse error
+	// tooShort is set when the Secret's client secret is too short for
+	// the bus to accept.
+	tooShort error
 }
 
 // refsObservation is what a reference check saw: reason is empty when
@@ -182,6 +186,9 @@ func (r *ConnectionReconciler) reconcileCredentials(ctx context.Context, s *conn
 		}
 	}
 	s.sec, s.owned = sec, controlledBy(sec, c)
+	// A secret a user put in the Secret is refused by the bus when short:
+	// say so here, where it can be fixed.
+	s.tooShort = config.CheckSecretLength(strings.TrimSpace(string(sec.Data[v1alpha1.CredentialsClientSecretKey])))
 	return nil
 }
 

@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/storybus/storybus/api/v1alpha1"
@@ -162,6 +164,36 @@ func TestConnectionReusesSecret(t *testing.T) {
 			}
 			return nil
 		})
+	})
+
+	t.Run("a short secret set by hand is refused", func(t *testing.T) {
+		update(t, ns, "wire-credentials", &corev1.Secret{}, func(s *corev1.Secret) {
+			s.Data[v1alpha1.CredentialsClientSecretKey] = []byte("wire-password")
+		})
+		c := &v1alpha1.Connection{}
+		waitCondition(t, ns, "wire", c, connectionGen, v1alpha1.ConditionCredentialsReady, metav1.ConditionFalse, v1alpha1.ReasonSecretTooShort)
+		msg := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionCredentialsReady).Message
+		if !strings.Contains(msg, "wire-credentials") || !strings.Contains(msg, "13 bytes; at least 32") {
+			t.Errorf("message %q", msg)
+		}
+		if r := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionReady); r == nil || r.Status != metav1.ConditionFalse || r.Reason != v1alpha1.ReasonSecretTooShort {
+			t.Errorf("Ready %+v", r)
+		}
+		// The bus refuses it whatever hash the configuration holds.
+		waitWorkspace(t, ns, "newsroom", func(w *config.Workspace) error {
+			cc, ok := w.ConnectionByClientID("wire-client")
+			if !ok || cc.SecretHash != config.HashSecret("wire-password") {
+				return fmt.Errorf("hash not updated")
+			}
+			if cc.CheckSecret("wire-password") {
+				return fmt.Errorf("the short secret is accepted")
+			}
+			return nil
+		})
+		update(t, ns, "wire-credentials", &corev1.Secret{}, func(s *corev1.Secret) {
+			s.Data[v1alpha1.CredentialsClientSecretKey] = []byte("a-long-enough-secret-set-by-the-platform-team")
+		})
+		waitCondition(t, ns, "wire", c, connectionGen, v1alpha1.ConditionCredentialsReady, metav1.ConditionTrue, v1alpha1.ReasonCredentialsReused)
 	})
 
 	t.Run("a Secret controlled by another Connection is refused", func(t *testing.T) {

@@ -18,6 +18,7 @@ type connectionObservation struct {
 	secretSeen bool
 	owned      bool
 	inUse      error
+	tooShort   error
 	clientID   string
 	rotatedAt  *time.Time
 	rotate     int64
@@ -30,6 +31,7 @@ func observeConnection(s *connectionScope) connectionObservation {
 		refs:       s.refs,
 		secretName: c.CredentialsSecretName(),
 		inUse:      s.inUse,
+		tooShort:   s.tooShort,
 		rotate:     c.Spec.Credentials.Rotate,
 	}
 	if sec := s.sec; sec != nil {
@@ -61,6 +63,10 @@ func connectionConditions(o connectionObservation) []metav1.Condition {
 		cs = append(cs, cond(v1alpha1.ConditionCredentialsReady, metav1.ConditionFalse, v1alpha1.ReasonSecretInUse,
 			"%v; name another Secret in spec.credentials.secretName", o.inUse))
 	case !o.secretSeen:
+	case o.tooShort != nil:
+		cs = append(cs, cond(v1alpha1.ConditionCredentialsReady, metav1.ConditionFalse, v1alpha1.ReasonSecretTooShort,
+			"Secret %s: %v; the bus refuses it. Put a longer random secret under %s, or remove the key to have one generated",
+			o.secretName, o.tooShort, v1alpha1.CredentialsClientSecretKey))
 	case o.owned:
 		cs = append(cs, cond(v1alpha1.ConditionCredentialsReady, metav1.ConditionTrue, v1alpha1.ReasonCredentialsGenerated,
 			"client %s, credentials in Secret %s", o.clientID, o.secretName))

@@ -117,6 +117,9 @@ const (
 	// ReasonSecretNotFound: a Secret the spec references (an IAM access key)
 	// does not exist or lacks a key.
 	ReasonSecretNotFound = "SecretNotFound"
+	// ReasonSecretTooShort: the client secret in the credentials Secret is
+	// under 32 bytes, and the bus refuses it.
+	ReasonSecretTooShort = "SecretTooShort"
 )
 
 // Finalizer is the finalizer the operator puts on Tenants so that it can

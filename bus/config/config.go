@@ -178,7 +178,9 @@ type Connection struct {
 	// ClientID is the OAuth2 client id; default the name.
 	ClientID string `json:"clientID,omitempty"`
 	// SecretHash is "sha256:" and the hex SHA-256 of the client secret.
-	// Secrets are 32 random bytes or more, so a fast hash is enough.
+	// A fast hash is enough because no secret under MinSecretBytes is ever
+	// accepted (CheckSecret, CheckSecretLength): the operator generates 32
+	// random bytes, and refuses shorter secrets a user supplies.
 	SecretHash string `json:"secretHash,omitempty"`
 	// Active, when false, refuses everything with connection.inactive.
 	Active *bool `json:"active,omitempty"`
@@ -225,11 +227,28 @@ type IAM struct {
 // IsActive reports whether the connection may publish.
 func (c *Connection) IsActive() bool { return c.Active == nil || *c.Active }
 
+// MinSecretBytes is the shortest client secret the bus accepts. With at
+// least 32 bytes of randomness, guessing is hopeless and a fast hash of
+// the secret is safe to store; a short secret a person chose is neither.
+const MinSecretBytes = 32
+
+// CheckSecretLength refuses a client secret shorter than MinSecretBytes.
+// The configuration holds only hashes, so the length is checked where a
+// secret is seen: by the operator, on the secret it compiles into a hash,
+// and by CheckSecret, on every secret presented.
+func CheckSecretLength(secret string) error {
+	if len(secret) < MinSecretBytes {
+		return fmt.Errorf("the client secret is %d bytes; at least %d are required (for example, openssl rand -hex 32)", len(secret), MinSecretBytes)
+	}
+	return nil
+}
+
 // CheckSecret reports whether secret matches the connection's hash, in
-// constant time.
+// constant time. A secret under MinSecretBytes never matches, even when it
+// is the one that was hashed.
 func (c *Connection) CheckSecret(secret string) bool {
 	want, ok := strings.CutPrefix(c.SecretHash, "sha256:")
-	if !ok {
+	if !ok || CheckSecretLength(secret) != nil {
 		return false
 	}
 	got := HashSecret(secret)[len("sha256:"):]

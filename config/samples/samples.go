@@ -14,7 +14,7 @@ var Workspace []byte
 // use them outside a development machine.
 const (
 	CMSClientID   = "cms"
-	CMSSecret     = "cms-dev-secret-0123456789abcdef"
+	CMSSecret     = "cms-dev-secret-0123456789abcdef0"
 	WireClientID  = "wire"
 	WireSecret    = "wire-dev-secret-0123456789abcdef"
 	WorkspaceID   = "newsroom"
