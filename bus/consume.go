@@ -61,6 +61,24 @@ var consumerAckWait = ConsumerAckWait
 // ackTimeout bounds the store's confirmation of one acknowledgement.
 const ackTimeout = 5 * time.Second
 
+// ConsumerLimits bound the durable consumers the consumer routes create.
+type ConsumerLimits struct {
+	// PerConnection is the most durable consumers one connection may have
+	// on a workspace's topic; a pull that would create one more is refused
+	// with 403 consumer.limit_reached. 0 means no limit.
+	PerConnection int
+	// InactiveThreshold is how long a durable consumer may go without a
+	// pull or an acknowledgement before JetStream removes it, with its
+	// position; a later pull under its name creates it again, from the
+	// start of the topic. 0 never removes one.
+	InactiveThreshold time.Duration
+}
+
+// DefaultConsumerLimits are the consumer limits a server has unless told
+// otherwise: ten consumers per connection, removed after a week idle (the
+// idempotency window: a consumer back within it loses nothing).
+var DefaultConsumerLimits = ConsumerLimits{PerConnection: 10, InactiveThreshold: 7 * 24 * time.Hour}
+
 // consumerName is what a consumer name may be: a valid JetStream durable
 // name and a single URL path segment.
 var consumerName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
@@ -222,7 +240,7 @@ func (s *Server) consume(c *gin.Context) {
 		}
 		out = append(out, d)
 	}
-	s.metrics.delivered.WithLabelValues(r.ws.id, r.name).Add(float64(len(out)))
+	s.metrics.delivered.WithLabelValues(r.ws.id, r.conn.Name).Add(float64(len(out)))
 	writeDeliveries(c, out)
 }
 
@@ -343,6 +361,8 @@ func (s *Server) durable(ctx context.Context, r *consumeRequest, filters []strin
 		AckWait:        consumerAckWait,
 		FilterSubjects: filters,
 		Metadata:       map[string]string{ConsumerMetadataConnection: r.conn.Name},
+		// An abandoned consumer goes by itself: names cannot pile up.
+		InactiveThreshold: s.consumers.InactiveThreshold,
 	}
 	for try := 0; ; try++ {
 		cons, err := js.Consumer(ctx, stream, r.name)
@@ -351,12 +371,23 @@ func (s *Server) durable(ctx context.Context, r *consumeRequest, filters []strin
 				v := rules.New(rules.ConsumerAckInvalid, "consumer "+r.name+" does not exist; nothing was acknowledged", "")
 				return nil, &v, nil
 			}
+			if v, err := s.consumerLimit(ctx, r, ""); v != nil || err != nil {
+				return nil, v, err
+			}
 			cons, err = js.CreateConsumer(ctx, stream, cfg)
 			if (errors.Is(err, jetstream.ErrConsumerExists) || errors.Is(err, jetstream.ErrConsumerNameAlreadyInUse)) && try == 0 {
 				continue // created concurrently: check the other one's owner
 			}
 			if err != nil {
 				return nil, nil, err
+			}
+			// Creations racing on other names, here or on another
+			// replica, all passed the check: the oldest stay.
+			if v, err := s.consumerLimit(ctx, r, r.name); v != nil || err != nil {
+				if derr := js.DeleteConsumer(ctx, stream, r.name); derr != nil && !errors.Is(derr, jetstream.ErrConsumerNotFound) {
+					err = errors.Join(err, derr)
+				}
+				return nil, v, err
 			}
 			s.log.Info("created consumer", "workspace", r.ws.id, "consumer", r.name, "connection", r.conn.Name)
 		}
@@ -368,20 +399,71 @@ func (s *Server) durable(ctx context.Context, r *consumeRequest, filters []strin
 			v := rules.New(rules.ConsumerNameTaken, "consumer name "+r.name+" belongs to another connection or was not created by the HTTP API", "")
 			return nil, &v, nil
 		}
-		if filters == nil || sameFilters(info.Config, filters) {
+		refilter := filters != nil && !sameFilters(info.Config, filters)
+		if !refilter && info.Config.InactiveThreshold == cfg.InactiveThreshold {
 			return cons, nil, nil
 		}
-		// The families asked for, or the grant, changed.
+		// The families asked for, the grant, or the inactivity threshold
+		// changed.
 		upd := info.Config
-		upd.FilterSubject = ""
-		upd.FilterSubjects = filters
+		upd.InactiveThreshold = cfg.InactiveThreshold
+		if refilter {
+			upd.FilterSubject = ""
+			upd.FilterSubjects = filters
+		}
 		cons, err = js.UpdateConsumer(ctx, stream, upd)
 		if err != nil {
 			return nil, nil, err
 		}
-		s.log.Info("changed consumer families", "workspace", r.ws.id, "consumer", r.name, "filters", strings.Join(filters, " "))
+		s.log.Info("changed consumer", "workspace", r.ws.id, "consumer", r.name, "filters", strings.Join(upd.FilterSubjects, " "), "inactiveThreshold", upd.InactiveThreshold)
 		return cons, nil, nil
 	}
+}
+
+// consumerLimit checks the connection's count of durable consumers on
+// the topic against ConsumerLimits.PerConnection. Before a creation (mine
+// empty) it refuses when the connection has them all; after one, it
+// refuses when consumer mine is not among the connection's oldest, so
+// that of creations racing past the first check only the earliest stay.
+func (s *Server) consumerLimit(ctx context.Context, r *consumeRequest, mine string) (*rules.Violation, error) {
+	limit := s.consumers.PerConnection
+	if limit <= 0 {
+		return nil, nil
+	}
+	type owned struct {
+		name    string
+		created time.Time
+	}
+	var have []owned
+	topic, err := s.opts.Store.JS.Stream(ctx, store.StreamName(r.ws.id))
+	if err != nil {
+		return nil, err
+	}
+	list := topic.ListConsumers(ctx)
+	for info := range list.Info() {
+		if info.Config.Metadata[ConsumerMetadataConnection] == r.conn.Name {
+			have = append(have, owned{info.Name, info.Created})
+		}
+	}
+	if err := list.Err(); err != nil {
+		return nil, err
+	}
+	slices.SortFunc(have, func(a, b owned) int {
+		if c := a.created.Compare(b.created); c != 0 {
+			return c
+		}
+		return strings.Compare(a.name, b.name)
+	})
+	over := len(have) >= limit
+	if mine != "" {
+		over = !slices.ContainsFunc(have[:min(limit, len(have))], func(o owned) bool { return o.name == mine })
+	}
+	if !over {
+		return nil, nil
+	}
+	v := rules.New(rules.ConsumerLimitReached, fmt.Sprintf(
+		"connection %s has %d durable consumers, the most it may have; use one of them, or wait until an idle one is removed", r.conn.Name, limit), "")
+	return &v, nil
 }
 
 func sameFilters(cfg jetstream.ConsumerConfig, want []string) bool {
@@ -531,7 +613,7 @@ func (s *Server) ack(c *gin.Context) {
 		s.consumerUnavailable(c, r, "ack", err)
 		return
 	}
-	s.metrics.acked.WithLabelValues(r.ws.id, r.name, action).Add(float64(len(subjects)))
+	s.metrics.acked.WithLabelValues(r.ws.id, r.conn.Name, action).Add(float64(len(subjects)))
 	res := AckResponse{Acked: len(subjects)}
 	if action != AckActionAck {
 		res.Action = action

@@ -177,8 +177,8 @@ func TestConsumeDeliversMessagesExactlyAsAccepted(t *testing.T) {
 	}
 	metrics := h.metrics(t)
 	for _, want := range []string{
-		`storybus_consumer_delivered_messages_total{consumer="web",workspace="newsroom"} 2`,
-		`storybus_consumer_acked_messages_total{action="ack",consumer="web",workspace="newsroom"} 3`,
+		`storybus_consumer_delivered_messages_total{connection="all",workspace="newsroom"} 2`,
+		`storybus_consumer_acked_messages_total{action="ack",connection="all",workspace="newsroom"} 3`,
 		`storybus_api_requests_total{route="ack",rule="",status="200",workspace="newsroom"} 2`,
 		`storybus_api_requests_total{route="ack",rule="consumer.ack_invalid",status="400",workspace="newsroom"} 1`,
 		`storybus_api_requests_total{route="tokens",rule="",status="200",workspace="newsroom"} 2`,
@@ -512,10 +512,10 @@ func TestAckActions(t *testing.T) {
 	})
 	metrics := h.metrics(t)
 	for _, want := range []string{
-		`storybus_consumer_acked_messages_total{action="nak",consumer="nak",workspace="newsroom"} 2`,
-		`storybus_consumer_acked_messages_total{action="ack",consumer="nak",workspace="newsroom"} 3`,
-		`storybus_consumer_acked_messages_total{action="term",consumer="term",workspace="newsroom"} 1`,
-		`storybus_consumer_acked_messages_total{action="in_progress",consumer="wpi",workspace="newsroom"} 12`,
+		// By connection: reader's four consumers together.
+		`storybus_consumer_acked_messages_total{action="nak",connection="reader",workspace="newsroom"} 2`,
+		`storybus_consumer_acked_messages_total{action="term",connection="reader",workspace="newsroom"} 1`,
+		`storybus_consumer_acked_messages_total{action="in_progress",connection="reader",workspace="newsroom"} 12`,
 	} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("metrics lack %s", want)

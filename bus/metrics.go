@@ -49,12 +49,12 @@ func NewMetrics() *Metrics {
 		}, []string{"workspace", "route", "status", "rule"}),
 		delivered: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "storybus_consumer_delivered_messages_total",
-			Help: "Messages handed to consumers by the pull route, redeliveries included, by workspace and consumer.",
-		}, []string{"workspace", "consumer"}),
+			Help: "Messages handed to consumers by the pull route, redeliveries included, by workspace and connection.",
+		}, []string{"workspace", "connection"}),
 		acked: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "storybus_consumer_acked_messages_total",
-			Help: "Deliveries answered through the ack route, by workspace, consumer and action (ack, nak, in_progress, term).",
-		}, []string{"workspace", "consumer", "action"}),
+			Help: "Deliveries answered through the ack route, by workspace, connection and action (ack, nak, in_progress, term).",
+		}, []string{"workspace", "connection", "action"}),
 	}
 	m.Registry.MustRegister(m.requests, m.latency, m.storeOps, m.policyErr, m.api, m.delivered, m.acked,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -52,6 +52,9 @@ type Options struct {
 	// client's address. Empty: no proxy is trusted and the client's
 	// address is the peer's.
 	TrustedProxies []netip.Prefix
+	// Consumers bound the consumer routes' durable consumers; nil takes
+	// DefaultConsumerLimits.
+	Consumers *ConsumerLimits
 	// RequestTimeout bounds a whole publish; default 10s.
 	RequestTimeout time.Duration
 	Logger         *slog.Logger
@@ -62,6 +65,7 @@ type Options struct {
 type Server struct {
 	opts       Options
 	attempts   TokenAttempts
+	consumers  ConsumerLimits
 	log        *slog.Logger
 	metrics    *Metrics
 	mu         sync.Mutex // serialises Apply
@@ -108,6 +112,10 @@ func New(o Options) *Server {
 	s := &Server{opts: o, attempts: DefaultTokenAttempts, log: o.Logger, metrics: o.Metrics}
 	if o.TokenAttempts != nil {
 		s.attempts = *o.TokenAttempts
+	}
+	s.consumers = DefaultConsumerLimits
+	if o.Consumers != nil {
+		s.consumers = *o.Consumers
 	}
 	s.bearerStages, s.iamStages = s.stages(s.authenticate), s.stages(s.authenticateIAM)
 	s.workspaces.Store(&map[string]*workspace{})

@@ -285,7 +285,7 @@ func TestConsumerSettlesDeliveries(t *testing.T) {
 	rec := httptest.NewRecorder()
 	b.srv.OpsHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
 	for action, n := range map[string]int{"in_progress": 2, "nak": 2, "term": 1} {
-		want := fmt.Sprintf(`storybus_consumer_acked_messages_total{action=%q,consumer="settle",workspace="newsroom"} %d`, action, n)
+		want := fmt.Sprintf(`storybus_consumer_acked_messages_total{action=%q,connection="reader",workspace="newsroom"} %d`, action, n)
 		if !strings.Contains(rec.Body.String(), want) {
 			t.Errorf("metrics lack %s", want)
 		}

@@ -93,6 +93,7 @@ const (
 	ConsumerAckInvalid     = "consumer.ack_invalid"
 	GrantFamily            = "grant.family"
 	ConsumerNameTaken      = "consumer.name_taken"
+	ConsumerLimitReached   = "consumer.limit_reached"
 )
 
 const (
@@ -162,6 +163,9 @@ var policyRules = []Rule{
 	{ID: ConsumerNameTaken, Status: http.StatusConflict, Source: SourcePolicy, Stage: 9, Retry: retryNo,
 		Meaning: "Consumer routes only: the consumer name belongs to another connection, or to a durable consumer created outside the HTTP API.",
 		Fix:     "Configuration: choose another consumer name. A consumer name belongs to the connection that first used it."},
+	{ID: ConsumerLimitReached, Status: http.StatusForbidden, Source: SourcePolicy, Stage: 9, Retry: retryNo,
+		Meaning: "Consumer routes only: a pull named a new consumer, and the connection already has the most durable consumers it may have (10 unless the bus is configured otherwise).",
+		Fix:     "Configuration: pull with one of the connection's existing consumer names. A consumer idle for the inactivity threshold (7 days unless configured otherwise) is removed and frees its place."},
 	{ID: MessageIDReused, Status: http.StatusConflict, Source: SourcePolicy, Stage: 10, Retry: retryNo,
 		Meaning: "This message_id was used for a different message (content is compared as canonical JSON, timestamp included).",
 		Fix:     "A bug: every new message needs a new message_id. A retry must resend the identical message."},

@@ -51,6 +51,8 @@ type ServeOptions struct {
 	// TrustedProxies are the addresses or CIDRs of the proxies whose
 	// X-Forwarded-For gives the client's address; parsed by validate.
 	TrustedProxies []string
+	// Consumers bound the consumer routes' durable consumers.
+	Consumers bus.ConsumerLimits
 	// FaultKill names a publish fault point at which the process kills
 	// itself with SIGKILL: the crash drills of the fault tests.
 	FaultKill string
@@ -79,6 +81,8 @@ func (o *ServeOptions) bind(cmd *cobra.Command) {
 	f.StringVar(&o.LogFormat, "log-format", "json", "log format: json or text")
 	f.IntVar(&o.TokenAttempts.PerClient, "token-failures-per-client", bus.DefaultTokenAttempts.PerClient, "failed token requests with one client id, within --token-failure-window, that lock it out (0: no limit)")
 	f.IntVar(&o.TokenAttempts.PerAddress, "token-failures-per-address", bus.DefaultTokenAttempts.PerAddress, "failed token requests from one source address, within --token-failure-window, that lock it out (0: no limit)")
+	f.IntVar(&o.Consumers.PerConnection, "consumers-per-connection", bus.DefaultConsumerLimits.PerConnection, "durable consumers one connection may create through the consumer routes (0: no limit)")
+	f.DurationVar(&o.Consumers.InactiveThreshold, "consumer-inactive-threshold", bus.DefaultConsumerLimits.InactiveThreshold, "how long a durable consumer may go unused before it is removed (0: never)")
 	f.DurationVar(&o.TokenAttempts.Window, "token-failure-window", bus.DefaultTokenAttempts.Window, "window of the token failure limits, and how long a lockout lasts")
 	f.StringVar(&o.TLSCertFile, "tls-cert-file", "", "PEM certificate chain: the publish port then serves HTTPS only (reloaded when the file changes)")
 	f.StringVar(&o.TLSKeyFile, "tls-key-file", "", "PEM private key of --tls-cert-file")
@@ -89,6 +93,9 @@ func (o *ServeOptions) bind(cmd *cobra.Command) {
 }
 
 func (o *ServeOptions) validate() error {
+	if o.Consumers.PerConnection < 0 || o.Consumers.InactiveThreshold < 0 {
+		return usageError{errors.New("--consumers-per-connection and --consumer-inactive-threshold must be 0 or more")}
+	}
 	if a := o.TokenAttempts; a.PerClient < 0 || a.PerAddress < 0 || a.Window < time.Second {
 		return usageError{errors.New("--token-failures-per-client and --token-failures-per-address must be 0 or more, --token-failure-window at least 1s")}
 	}
@@ -205,7 +212,7 @@ func Serve(ctx context.Context, o ServeOptions, cfgs []*config.Workspace, log *s
 	if err != nil {
 		return err
 	}
-	srv := bus.New(bus.Options{Store: st, Faults: faults, TopicRetention: o.TopicRetention, Logger: log, TokenAttempts: &o.TokenAttempts, TrustedProxies: proxies})
+	srv := bus.New(bus.Options{Store: st, Faults: faults, TopicRetention: o.TopicRetention, Logger: log, TokenAttempts: &o.TokenAttempts, TrustedProxies: proxies, Consumers: &o.Consumers})
 	for _, cfg := range cfgs {
 		if err := srv.Apply(ctx, cfg); err != nil {
 			return err
