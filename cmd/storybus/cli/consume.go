@@ -72,7 +72,7 @@ func newConsumeCommand() *cobra.Command {
 			}
 			c, err := client.NewConsumer(client.ConsumerOptions{
 				URL: o.URL, Workspace: o.Workspace, Name: args[0], Families: o.Families,
-				Tokens: o.tokens(), Max: o.Max, Wait: o.Wait, NoWait: o.Wait == 0, Dedup: dedup,
+				Tokens: o.tokens(), HTTPClient: o.http, Max: o.Max, Wait: o.Wait, NoWait: o.Wait == 0, Dedup: dedup,
 				OnError: func(err error) { fmt.Fprintln(cmd.ErrOrStderr(), "storybus: retrying:", err) },
 			})
 			if err != nil {

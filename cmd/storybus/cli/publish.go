@@ -123,7 +123,7 @@ func (o *PublishOptions) newClient(stderr io.Writer) (*client.Client, error) {
 		return nil, err
 	}
 	return client.New(client.Options{
-		URL: o.URL, Workspace: o.Workspace, Tokens: o.tokens(),
+		URL: o.URL, Workspace: o.Workspace, Tokens: o.tokens(), HTTPClient: o.http,
 		AttemptTimeout: o.AttemptTimeout, Retry: policy, Outbox: ob,
 	})
 }

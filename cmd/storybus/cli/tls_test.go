@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -304,4 +305,33 @@ func (b *tlsBus) opsContains(path, want string) error {
 		return fmt.Errorf("no %s in %s:\n%s", want, path, body)
 	}
 	return nil
+}
+
+// TestCommandsTrustTheCAFile runs the producer and consumer commands
+// against a bus over TLS: with --ca-file they verify its certificate and
+// work; without it, the bus's private CA is not trusted and nothing is sent.
+func TestCommandsTrustTheCAFile(t *testing.T) {
+	b := serveTLS(t, nil)
+	caFile := filepath.Join(t.TempDir(), "ca.crt")
+	if err := os.WriteFile(caFile, b.ca.CertPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	conn := []string{"--url", "https://" + b.api, "--workspace", "newsroom", "--client-id", "cms", "--client-secret", cliCMSSecret}
+
+	code, _, errOut := run(t, "", append([]string{"token"}, conn...)...)
+	if code == ExitOK || !strings.Contains(errOut, "certificate") {
+		t.Fatalf("without --ca-file: %d %q", code, errOut)
+	}
+	code, out, errOut := run(t, "", append([]string{"token", "--ca-file", caFile}, conn...)...)
+	if code != ExitOK || strings.Count(out, ".") != 2 {
+		t.Fatalf("token with --ca-file: %d %q %q", code, out, errOut)
+	}
+	code, out, errOut = run(t, snapshotJSON("", "tls-cli", 1), append([]string{"publish", "--ca-file", caFile, "--outbox", t.TempDir()}, conn...)...)
+	if ls := lines(t, out); code != ExitOK || len(ls) != 1 || ls[0].Status != http.StatusAccepted {
+		t.Fatalf("publish with --ca-file: %d %q %q", code, out, errOut)
+	}
+	code, _, errOut = run(t, "", append([]string{"token", "--ca-file", filepath.Join(t.TempDir(), "missing.crt")}, conn...)...)
+	if code != ExitUsage || !strings.Contains(errOut, "CA file") {
+		t.Fatalf("a missing CA file: %d %q", code, errOut)
+	}
 }

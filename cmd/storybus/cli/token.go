@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -21,6 +23,7 @@ const (
 	EnvClientID     = "STORYBUS_CLIENT_ID"
 	EnvClientSecret = "STORYBUS_CLIENT_SECRET"
 	EnvOutbox       = "STORYBUS_OUTBOX"
+	EnvCAFile       = "STORYBUS_CA_FILE"
 )
 
 // ConnectionOptions say which bus, workspace and connection a producer or
@@ -30,6 +33,11 @@ type ConnectionOptions struct {
 	Workspace    string
 	ClientID     string
 	ClientSecret string
+	// TLS names the CA file the bus's certificate is checked against and
+	// the client certificate of mutual TLS.
+	TLS client.TLSFiles
+	// http is the client the commands send with, built by validate.
+	http *http.Client
 }
 
 func (o *ConnectionOptions) bind(cmd *cobra.Command) {
@@ -38,6 +46,9 @@ func (o *ConnectionOptions) bind(cmd *cobra.Command) {
 	f.StringVar(&o.Workspace, "workspace", os.Getenv(EnvWorkspace), "workspace id (env "+EnvWorkspace+")")
 	f.StringVar(&o.ClientID, "client-id", os.Getenv(EnvClientID), "the connection's client id (env "+EnvClientID+")")
 	f.StringVar(&o.ClientSecret, "client-secret", "", "the connection's client secret (default env "+EnvClientSecret+", which is safer)")
+	f.StringVar(&o.TLS.CAFile, "ca-file", os.Getenv(EnvCAFile), "PEM CA certificates the bus's certificate is checked against instead of the system's (env "+EnvCAFile+"; the system's honour SSL_CERT_FILE)")
+	f.StringVar(&o.TLS.CertFile, "cert-file", "", "PEM client certificate, for a bus that takes mutual TLS")
+	f.StringVar(&o.TLS.KeyFile, "key-file", "", "PEM private key of --cert-file")
 }
 
 func (o *ConnectionOptions) validate() error {
@@ -55,11 +66,20 @@ func (o *ConnectionOptions) validate() error {
 	if len(missing) > 0 {
 		return usageError{fmt.Errorf("missing %s", strings.Join(missing, ", "))}
 	}
+	hc, err := client.NewHTTPClient(o.TLS, 0)
+	if err != nil {
+		return usageError{err}
+	}
+	o.http = hc
 	return nil
 }
 
 func (o *ConnectionOptions) tokens() *client.ClientCredentials {
-	return &client.ClientCredentials{URL: o.URL, Workspace: o.Workspace, ClientID: o.ClientID, ClientSecret: o.ClientSecret}
+	// The token endpoint answers at once; bound it as the client's
+	// default does.
+	hc := *o.http
+	hc.Timeout = 30 * time.Second
+	return &client.ClientCredentials{URL: o.URL, Workspace: o.Workspace, ClientID: o.ClientID, ClientSecret: o.ClientSecret, HTTPClient: &hc}
 }
 
 func envOr(name, def string) string {
