@@ -9,8 +9,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -74,9 +76,9 @@ type Server struct {
 	// with a bearer token or an AWS signature as stage 3.
 	bearerStages, iamStages []stage
 	engine                  *gin.Engine
-	// rejected holds configuration sources whose last load failed.
+	// rejected holds, by file, configurations whose last load failed.
 	rejectedMu sync.Mutex
-	rejected   map[string]error
+	rejected   map[string]rejection
 	// tokens caches verified bearer tokens (see verifyToken).
 	tokens     sync.Map
 	tokenCount atomic.Int64
@@ -252,8 +254,9 @@ func (s *Server) OpsHandler() http.Handler {
 		_, _ = w.Write([]byte("ok\n"))
 		// Still ready: a rejected configuration leaves the previous one
 		// serving, and is reported here.
-		for id, err := range s.ConfigErrors() {
-			_, _ = fmt.Fprintf(w, "%s: configuration rejected, previous one in force: %v\n", id, err)
+		errs := s.ConfigErrors()
+		for _, label := range slices.Sorted(maps.Keys(errs)) {
+			_, _ = fmt.Fprintf(w, "workspace %s: configuration rejected, previous one in force: %v\n", label, errs[label])
 		}
 	})
 	mux.Handle("/metrics", promhttp.HandlerFor(s.metrics.Registry, promhttp.HandlerOpts{Registry: s.metrics.Registry}))
@@ -272,50 +275,65 @@ func (s *Server) Ready(ctx context.Context) error {
 	return nil
 }
 
-// ConfigLoaded reports the outcome of reloading a configuration source (a
-// file). A failure is logged, counted, and shown on /readyz while the
-// previous configuration stays in force; a success clears it.
-func (s *Server) ConfigLoaded(source string, err error) {
-	if s.loaded(source, err) {
-		s.log.Error("workspace configuration rejected; the previous one stays in force", "source", source, "error", err)
+// ConfigLoaded reports the outcome of reloading a configuration file.
+// workspace is the workspace id the file names, empty when it did not decode
+// that far. A failure is logged, counted and shown on /readyz under the
+// workspace id, or the file when the id is not known, while the previous
+// configuration stays in force; a success clears it.
+func (s *Server) ConfigLoaded(file, workspace string, err error) {
+	label := workspace
+	if label == "" {
+		label = file
+	}
+	if s.loaded(file, label, err) {
+		s.log.Error("workspace configuration rejected; the previous one stays in force", "workspace", workspace, "file", file, "error", err)
 	}
 }
 
 // KeyPairLoaded reports the outcome of reloading the publish port's TLS key
 // pair from certFile, as ConfigLoaded does for a configuration: a pair
-// that did not load is logged, counted and shown on /readyz, and the
-// previous pair keeps serving.
+// that did not load is logged, counted and shown on /readyz under
+// certFile, and the previous pair keeps serving.
 func (s *Server) KeyPairLoaded(certFile string, err error) {
-	if s.loaded(certFile, err) {
+	if s.loaded(certFile, certFile, err) {
 		s.log.Error("TLS key pair rejected; the previous one stays in force", "source", certFile, "error", err)
 	}
 }
 
-// loaded records a reload's outcome by source and reports whether it was
-// a rejection.
-func (s *Server) loaded(source string, err error) bool {
+// loaded records a reload's outcome by source (a file), counted and shown
+// under label, and reports whether it was a rejection.
+func (s *Server) loaded(source, label string, err error) bool {
 	s.rejectedMu.Lock()
 	defer s.rejectedMu.Unlock()
 	if err == nil {
 		delete(s.rejected, source)
 		return false
 	}
-	s.metrics.policyErr.WithLabelValues(source).Inc()
+	s.metrics.policyErr.WithLabelValues(label).Inc()
 	if s.rejected == nil {
-		s.rejected = map[string]error{}
+		s.rejected = map[string]rejection{}
 	}
-	s.rejected[source] = err
+	s.rejected[source] = rejection{label: label, err: err}
 	return true
 }
 
-// ConfigErrors returns, by configuration source, the last content that
-// failed to load; the previous configuration keeps serving.
+// rejection is a file's last content that failed to load: a workspace
+// configuration or a TLS key pair.
+type rejection struct {
+	// label is the workspace id, or the file when the id is not known.
+	label string
+	err   error
+}
+
+// ConfigErrors returns, by workspace id (or file, when the id is not
+// known), the last configuration that failed to load; the previous one
+// keeps serving.
 func (s *Server) ConfigErrors() map[string]error {
 	out := map[string]error{}
 	s.rejectedMu.Lock()
 	defer s.rejectedMu.Unlock()
-	for src, err := range s.rejected {
-		out[src] = err
+	for _, r := range s.rejected {
+		out[r.label] = r.err
 	}
 	return out
 }

@@ -92,6 +92,9 @@ type Workspace struct {
 	PolicyTimeout Duration `json:"policyTimeout,omitzero"`
 	// Connections are the producers and consumers allowed in.
 	Connections []Connection `json:"connections,omitempty"`
+
+	// source is what Load read the configuration from.
+	source source
 }
 
 // Limits are a connection's rate limit and daily quota. Zero means unlimited.
@@ -283,52 +286,139 @@ func (w *Workspace) ConnectionByClientID(id string) (*Connection, bool) {
 
 // Load reads, defaults and validates a workspace configuration file.
 func Load(path string) (*Workspace, error) {
-	b, err := os.ReadFile(path)
+	w, src, err := load(path)
 	if err != nil {
 		return nil, err
 	}
-	w, err := Parse(b)
+	w.source = src
+	return w, nil
+}
+
+// source is what a configuration was read from: the configuration file and
+// the key files it names, in the order read, and the SHA-256 of their names
+// and contents (or read errors). Watch reloads only when the digest changes.
+type source struct {
+	files  []string
+	digest [32]byte
+}
+
+// load is Load, and also returns the source read so far, whether or not the
+// configuration loads.
+func load(path string) (*Workspace, source, error) {
+	var src source
+	h := sha256.New()
+	read := func(name string) (string, error) {
+		b, err := os.ReadFile(name)
+		src.files = append(src.files, name)
+		// Lengths first: no two sequences of files hash alike.
+		fmt.Fprintf(h, "%d:%s", len(name), name)
+		if err != nil {
+			fmt.Fprintf(h, "error:%d:%s", len(err.Error()), err)
+		} else {
+			fmt.Fprintf(h, "content:%d:", len(b))
+			h.Write(b)
+		}
+		return string(b), err
+	}
+	w, err := loadWith(path, read)
+	copy(src.digest[:], h.Sum(nil))
+	return w, src, err
+}
+
+func loadWith(path string, read func(string) (string, error)) (*Workspace, error) {
+	b, err := read(path)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil, err
+	}
+	w, err := decode([]byte(b))
+	if err != nil {
+		return nil, &LoadError{File: path, Workspace: workspaceOf([]byte(b)), Err: err}
 	}
 	if w.SigningKeyFile != "" {
-		key, err := os.ReadFile(w.SigningKeyFile)
+		key, err := read(w.SigningKeyFile)
 		if err != nil {
-			return nil, fmt.Errorf("%s: signingKeyFile: %w", path, err)
+			return nil, &LoadError{File: path, Workspace: w.ID, Err: fmt.Errorf("signingKeyFile: %w", err)}
 		}
-		w.SigningKey = strings.TrimSpace(string(key))
-		if err := w.Validate(); err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
-		}
+		w.SigningKey = strings.TrimSpace(key)
 	}
 	for i := range w.Connections {
 		iam := w.Connections[i].IAM
 		if iam == nil || iam.SecretAccessKeyFile == "" {
 			continue
 		}
-		key, err := os.ReadFile(iam.SecretAccessKeyFile)
+		key, err := read(iam.SecretAccessKeyFile)
 		if err != nil {
-			return nil, fmt.Errorf("%s: connections[%d].iam.secretAccessKeyFile: %w", path, i, err)
+			return nil, &LoadError{File: path, Workspace: w.ID, Err: fmt.Errorf("connections[%d].iam.secretAccessKeyFile: %w", i, err)}
 		}
-		iam.SecretAccessKey = strings.TrimSpace(string(key))
+		iam.SecretAccessKey = strings.TrimSpace(key)
+	}
+	if err := w.Validate(); err != nil {
+		return nil, &LoadError{File: path, Workspace: w.ID, Err: err}
 	}
 	return w, nil
+}
+
+// LoadError is a configuration file that was read but did not load.
+type LoadError struct {
+	// File is the configuration file.
+	File string
+	// Workspace is the workspace id the file names, when it decoded far
+	// enough to tell; empty otherwise.
+	Workspace string
+	Err       error
+}
+
+func (e *LoadError) Error() string { return e.File + ": " + e.Err.Error() }
+
+// Unwrap returns the problem.
+func (e *LoadError) Unwrap() error { return e.Err }
+
+// WorkspaceOf returns the workspace id a Load error names, when the file
+// decoded far enough to tell.
+func WorkspaceOf(err error) (string, bool) {
+	var le *LoadError
+	if errors.As(err, &le) && le.Workspace != "" {
+		return le.Workspace, true
+	}
+	return "", false
+}
+
+// workspaceOf reads the workspace id alone from a document that does not
+// decode strictly; empty when it cannot.
+func workspaceOf(b []byte) string {
+	var doc struct {
+		ID string `json:"workspace"`
+	}
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		return ""
+	}
+	return doc.ID
 }
 
 // Parse decodes, defaults and validates a workspace configuration document.
 // Unknown fields are errors, so a typo never silently drops a rule.
 func Parse(b []byte) (*Workspace, error) {
+	w, err := decode(b)
+	if err != nil {
+		return nil, err
+	}
+	if w.SigningKeyFile != "" && w.SigningKey == "" {
+		return w, nil // validated by Load once the key is read
+	}
+	if err := w.Validate(); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// decode decodes and defaults a document, strictly: unknown fields are
+// errors.
+func decode(b []byte) (*Workspace, error) {
 	var w Workspace
 	if err := yaml.UnmarshalStrict(b, &w); err != nil {
 		return nil, err
 	}
 	w.Default()
-	if w.SigningKeyFile != "" && w.SigningKey == "" {
-		return &w, nil // validated by Load once the key is read
-	}
-	if err := w.Validate(); err != nil {
-		return nil, err
-	}
 	return &w, nil
 }
 

@@ -167,3 +167,40 @@ func TestSecretAccessKeyFile(t *testing.T) {
 		t.Fatalf("a missing key file loaded: %v", err)
 	}
 }
+
+// TestLoadErrorNamesTheWorkspace: a file that does not load names its
+// workspace whenever it decoded far enough to tell, even with an unknown
+// field; never when it does not decode.
+func TestLoadErrorNamesTheWorkspace(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name, doc, want string
+	}{
+		{"invalid", "workspace: newsroom\nsigningKey: short\n", "newsroom"},
+		{"unknown field", "workspace: newsroom\nsigningKey: 0123456789abcdef0123456789abcdef\ntypo: 1\n", "newsroom"},
+		{"missing key file", "workspace: newsroom\nsigningKeyFile: " + filepath.Join(dir, "absent") + "\n", "newsroom"},
+		{"not YAML", "connections: [cms\n", ""},
+		{"no workspace", "signingKey: short\n", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(dir, "workspace.yaml")
+			if err := os.WriteFile(path, []byte(tc.doc), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			_, err := config.Load(path)
+			if err == nil {
+				t.Fatal("loaded")
+			}
+			if !strings.HasPrefix(err.Error(), path+": ") {
+				t.Errorf("error %q does not start with the file", err)
+			}
+			got, ok := config.WorkspaceOf(err)
+			if got != tc.want || ok != (tc.want != "") {
+				t.Fatalf("WorkspaceOf(%v) = %q %v, want %q", err, got, ok, tc.want)
+			}
+		})
+	}
+	if _, ok := config.WorkspaceOf(os.ErrNotExist); ok {
+		t.Fatal("a read error names a workspace")
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -70,18 +71,38 @@ type bus struct {
 	addr string
 	// done is closed when the process has exited.
 	done chan struct{}
+	// logs are the process's standard output and error.
+	logs *syncBuffer
+}
+
+// syncBuffer is a bytes.Buffer that a process writes while a test reads.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 func startBus(t *testing.T, cfg, dataDir, addr string, args ...string) *bus {
 	t.Helper()
 	cmd := exec.Command(binary, append([]string{"serve", "--config", cfg, "--data-dir", dataDir,
 		"--listen", addr, "--ops-listen", "127.0.0.1:0"}, args...)...)
-	var logs bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &logs, &logs
+	logs := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	b := &bus{cmd: cmd, addr: addr, done: make(chan struct{})}
+	b := &bus{cmd: cmd, addr: addr, done: make(chan struct{}), logs: logs}
 	go func() { _ = cmd.Wait(); close(b.done) }()
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()

@@ -19,7 +19,8 @@ import (
 // TestServeReloadsItsConfigurationFile edits the workspace file of a
 // running bus: a narrowed grant takes effect within seconds without a
 // restart, and a broken file leaves the previous configuration serving and
-// is reported on /readyz.
+// is reported on /readyz and counted, under its workspace id when the file
+// names one and under its path when it does not decode.
 func TestServeReloadsItsConfigurationFile(t *testing.T) {
 	dir := t.TempDir()
 	cfg := writeConfig(t, dir)
@@ -54,16 +55,38 @@ func TestServeReloadsItsConfigurationFile(t *testing.T) {
 		return err == nil && status == http.StatusForbidden
 	})
 
-	replace("workspace: newsroom\nsigningKey: short\n")
-	testutil.EventuallyTrue(t, "the reloaded configuration is served", 10*time.Second, func() bool {
-		res, err := http.Get("http://" + ops + "/readyz")
+	get := func(path string) string {
+		res, err := http.Get("http://" + ops + path)
 		if err != nil {
-			return false
+			return ""
 		}
 		defer res.Body.Close()
 		body, _ := io.ReadAll(res.Body)
-		return res.StatusCode == http.StatusOK && strings.Contains(string(body), "rejected")
+		if res.StatusCode != http.StatusOK {
+			return ""
+		}
+		return string(body)
+	}
+	// A file that decodes is reported under its workspace id.
+	replace("workspace: newsroom\nsigningKey: short\n")
+	rejected := "workspace newsroom: configuration rejected, previous one in force: " + cfg + ": "
+	testutil.EventuallyTrue(t, "/readyz reports the rejected configuration under its workspace", 10*time.Second, func() bool {
+		return strings.Contains(get("/readyz"), "\n"+rejected)
 	})
+	if metrics := get("/metrics"); !strings.Contains(metrics, `storybus_config_reload_errors_total{workspace="newsroom"} 1`) {
+		t.Fatalf("the reload error is not counted under the workspace id:\n%s", grepLines(metrics, "reload_errors"))
+	}
+	// One that does not decode is reported under the file's path, in
+	// place of the previous report.
+	replace("connections: [cms\n")
+	testutil.EventuallyTrue(t, "/readyz reports the rejected configuration under its file", 10*time.Second, func() bool {
+		body := get("/readyz")
+		return strings.Contains(body, "\nworkspace "+cfg+": configuration rejected, previous one in force: "+cfg+": ") &&
+			!strings.Contains(body, rejected)
+	})
+	if metrics := get("/metrics"); !strings.Contains(metrics, fmt.Sprintf(`storybus_config_reload_errors_total{workspace=%q} 1`, cfg)) {
+		t.Fatalf("the reload error is not counted under the file:\n%s", grepLines(metrics, "reload_errors"))
+	}
 	// The previous configuration still serves: the narrowed grant holds.
 	if status, _, err := b.send(token, snapshot(2)); err != nil || status != http.StatusForbidden {
 		t.Fatalf("after a broken file: %d %v", status, err)
@@ -139,4 +162,109 @@ connections:
 	if status, _, err := b.send(b.token(t), snapshot()); err != nil || status != http.StatusForbidden {
 		t.Fatalf("a token signed with the new key: %d %v", status, err)
 	}
+}
+
+// TestServeReloadsOnlyWhenItsConfigurationChanges runs a bus whose data
+// directory is inside its configuration's directory, with a log file
+// beside the configuration: the store's writes and the log's lines cause no
+// reload. An edit made while the log is written every 50 ms is in force
+// within a second (the deadline is loose for a busy machine), reloaded
+// once.
+func TestServeReloadsOnlyWhenItsConfigurationChanges(t *testing.T) {
+	dir := t.TempDir()
+	cfg := writeConfig(t, dir)
+	addr := testutil.FreeAddr(t)
+	b := startBus(t, cfg, filepath.Join(dir, "data"), addr)
+	reloads := func() int { return strings.Count(b.logs.String(), `"msg":"workspace configuration reloaded"`) }
+	token := b.token(t)
+	seq := 0
+	send := func(story string) int {
+		t.Helper()
+		seq++
+		body := []byte(fmt.Sprintf(`{"som_version":"1.0","message_id":%q,"message_type":"story.context","system_id":"cms","timestamp":"2026-11-29T09:00:00Z","payload":{"story_id":%q,"sequence_number":%d,"state":"draft","headline":"Harbour bridge approved"}}`, uuid.NewString(), story, seq))
+		status, _, err := b.send(token, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return status
+	}
+
+	// The embedded JetStream writes its files under the configuration's
+	// directory, 20 messages 150 ms apart (longer than the quiet period).
+	tick := time.NewTicker(150 * time.Millisecond)
+	defer tick.Stop()
+	for range 20 {
+		<-tick.C
+		if status := send("store"); status != http.StatusAccepted {
+			t.Fatalf("publish: %d", status)
+		}
+	}
+	if n := reloads(); n != 0 {
+		t.Fatalf("%d reloads while the store wrote beside the configuration", n)
+	}
+
+	// A log file beside the configuration, a line every 150 ms, then every
+	// 50 ms.
+	logFile, err := os.OpenFile(filepath.Join(dir, "storybus.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logFile.Close()
+	for i := range 20 {
+		<-tick.C
+		if _, err := fmt.Fprintf(logFile, "line %d\n", i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := reloads(); n != 0 {
+		t.Fatalf("%d reloads while a log file beside the configuration was written", n)
+	}
+	stop, writerDone := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(writerDone)
+		fast := time.NewTicker(50 * time.Millisecond)
+		defer fast.Stop()
+		for i := 0; i < 600; i++ { // 30 s at most
+			select {
+			case <-stop:
+				return
+			case <-fast.C:
+				_, _ = fmt.Fprintf(logFile, "busy line %d\n", i)
+			}
+		}
+	}()
+	defer func() { close(stop); <-writerDone }()
+
+	original, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	narrowed := strings.Replace(string(original), `messageTypes: ["*"]`, `messageTypes: [story.event]`, 1)
+	if err := os.WriteFile(cfg+".tmp", []byte(narrowed), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	edited := time.Now()
+	if err := os.Rename(cfg+".tmp", cfg); err != nil {
+		t.Fatal(err)
+	}
+	testutil.EventuallyTrue(t, "the edit is in force while the log is written", 5*time.Second, func() bool {
+		return send("edit") == http.StatusForbidden
+	})
+	t.Logf("edit in force after %s", time.Since(edited))
+	// The reload is logged just after it is in force.
+	testutil.EventuallyTrue(t, "the reload is logged", 5*time.Second, func() bool { return reloads() >= 1 })
+	if n := reloads(); n != 1 {
+		t.Fatalf("%d reloads for one edit, want 1", n)
+	}
+}
+
+// grepLines returns the lines of s that contain sub.
+func grepLines(s, sub string) string {
+	var out []string
+	for _, line := range strings.Split(s, "\n") {
+		if strings.Contains(line, sub) {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out, "\n")
 }

@@ -56,7 +56,8 @@ type ServeOptions struct {
 	// FaultKill names a publish fault point at which the process kills
 	// itself with SIGKILL: the crash drills of the fault tests.
 	FaultKill string
-	// watch are configuration files reloaded when they change.
+	// watch are configuration files reloaded when they change: watch[i]
+	// is the file the configuration cfgs[i] of Serve was loaded from.
 	watch []string
 }
 
@@ -218,17 +219,20 @@ func Serve(ctx context.Context, o ServeOptions, cfgs []*config.Workspace, log *s
 			return err
 		}
 	}
-	for _, path := range o.watch {
+	for i, path := range o.watch {
 		// A changed file is applied in place; one that does not load or
 		// compile is logged and counted, and the previous one stays.
-		err := config.Watch(ctx, path, 100*time.Millisecond, func(cfg *config.Workspace, err error) {
+		err := config.Watch(ctx, path, cfgs[i], func(cfg *config.Workspace, err error) error {
+			id, _ := config.WorkspaceOf(err)
 			if err == nil {
+				id = cfg.ID
 				err = srv.Apply(ctx, cfg)
 			}
-			srv.ConfigLoaded(path, err)
+			srv.ConfigLoaded(path, id, err)
 			if err == nil {
 				log.Info("workspace configuration reloaded", "file", path, "workspace", cfg.ID)
 			}
+			return err
 		})
 		if err != nil {
 			return err
