@@ -173,7 +173,7 @@ func (r *ConnectionReconciler) reconcileCredentials(ctx context.Context, s *conn
 		if err := r.Create(ctx, sec); err != nil {
 			return fmt.Errorf("create credentials secret: %w", err)
 		}
-		r.Recorder.Eventf(c, sec, corev1.EventTypeNormal, v1alpha1.ReasonCredentialsGenerated, "Create", "generated client credentials in Secret %s", name)
+		// The CredentialsReady condition's Event reports it.
 	case err != nil:
 		return fmt.Errorf("get credentials secret: %w", err)
 	default:
@@ -267,5 +267,5 @@ func (r *ConnectionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			}
 			return requestsFor(o.GetNamespace(), names...)
 		})).
-		Complete(r)
+		Complete(observed{kind: "Connection", inner: r})
 }

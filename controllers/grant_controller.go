@@ -99,7 +99,7 @@ func (r *GrantReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			}
 			return out
 		})).
-		Complete(r)
+		Complete(observed{kind: "Grant", inner: r})
 }
 
 func (r *GrantReconciler) grantsOf(ctx context.Context, ns, conn string) []reconcile.Request {

@@ -84,5 +84,5 @@ func (r *OwnershipPolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			}
 			return requestsFor(o.GetNamespace(), names...)
 		})).
-		Complete(r)
+		Complete(observed{kind: "OwnershipPolicy", inner: r})
 }

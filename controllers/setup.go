@@ -32,6 +32,9 @@ type Options struct {
 	// platform, for platforms that assign them from a range of their own
 	// (OpenShift's restricted SCC); the pods still run as non-root.
 	BusPlatformUID bool
+	// BusResources are the requests and limits of the bus container of
+	// Tenants that set no spec.resources.
+	BusResources corev1.ResourceRequirements
 	// ClusterDomain is the cluster's DNS domain, for status.endpoint.
 	ClusterDomain string
 	// Now returns the current time; nil means time.Now. Tests inject a
@@ -65,11 +68,15 @@ func NewScheme() (*runtime.Scheme, error) {
 	return s, nil
 }
 
-// CacheOptions restrict what the manager caches: of all pods, only bus
-// pods. Pass them as manager.Options.Cache.
+// CacheOptions restrict what the manager caches: of all pods and volume
+// claims, only the bus's. Pass them as manager.Options.Cache.
 func CacheOptions() cache.Options {
 	return cache.Options{ByObject: map[client.Object]cache.ByObject{
 		&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{LabelManagedBy: FieldManager})},
+		// The volume claims a StatefulSet makes carry the labels of its
+		// claim template: the selector labels, without managed-by.
+		&corev1.PersistentVolumeClaim{}: {Label: labels.SelectorFromSet(labels.Set{
+			"app.kubernetes.io/name": "storybus", "app.kubernetes.io/component": "bus"})},
 	}}
 }
 
@@ -78,6 +85,9 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	o = o.withDefaults()
 	if err := addIndexes(context.Background(), mgr.GetFieldIndexer()); err != nil {
 		return fmt.Errorf("field indexes: %w", err)
+	}
+	if err := registerMetrics(mgr.GetClient()); err != nil {
+		return fmt.Errorf("metrics: %w", err)
 	}
 	rec := mgr.GetEventRecorder(FieldManager)
 	if err := (&TenantReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: rec, Options: o}).SetupWithManager(mgr); err != nil {

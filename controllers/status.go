@@ -1,8 +1,10 @@
 package controllers
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -84,10 +86,20 @@ func changedConditions(before, after []metav1.Condition) []metav1.Condition {
 }
 
 // patchStatus records an Event for every condition that changed since
-// before and patches obj's status when it changed. A gone object is not an
-// error.
+// before, one per reason (Ready repeats the reason of the condition that
+// decides it, and says nothing more), and patches obj's status when it
+// changed. A gone object is not an error.
 func patchStatus[T statusObject](ctx context.Context, c client.Client, rec events.EventRecorder, obj, before T) error {
-	for _, ch := range changedConditions(before.GetConditions(), obj.GetConditions()) {
+	changed := changedConditions(before.GetConditions(), obj.GetConditions())
+	slices.SortStableFunc(changed, func(a, b metav1.Condition) int {
+		return cmp.Compare(boolInt(a.Type == v1alpha1.ConditionReady), boolInt(b.Type == v1alpha1.ConditionReady))
+	})
+	evented := map[string]bool{}
+	for _, ch := range changed {
+		if evented[ch.Reason] {
+			continue
+		}
+		evented[ch.Reason] = true
 		typ := corev1.EventTypeNormal
 		if ch.Status != metav1.ConditionTrue {
 			typ = corev1.EventTypeWarning
@@ -106,6 +118,13 @@ func patchStatus[T statusObject](ctx context.Context, c client.Client, rec event
 		return fmt.Errorf("patch status: %w", err)
 	}
 	return nil
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // controlledBy reports whether obj's controller is owner (by UID).

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -17,8 +18,10 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
@@ -41,10 +44,17 @@ const (
 	waitFor      = 30 * time.Second
 )
 
+// testBusResources are the operator's default requests of bus containers.
+var testBusResources = corev1.ResourceRequirements{Requests: corev1.ResourceList{
+	corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("256Mi")}}
+
 var (
 	// k8s is an uncached client: what the tests read is what the API
 	// server holds.
 	k8s client.Client
+	// restConfig reaches the API server for what the client cannot ask
+	// (discovery, kubectl's table output).
+	restConfig *rest.Config
 )
 
 func TestMain(m *testing.M) {
@@ -63,11 +73,11 @@ func runSuite(m *testing.M) int {
 			return 1
 		}
 	}
-	log := logr.Discard()
+	var logOut io.Writer = &testLogs
 	if testing.Verbose() {
-		log = logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, nil))
+		logOut = io.MultiWriter(&testLogs, os.Stderr)
 	}
-	ctrl.SetLogger(log)
+	ctrl.SetLogger(logr.FromSlogHandler(slog.NewJSONHandler(logOut, nil)))
 
 	env := &envtest.Environment{
 		CRDDirectoryPaths:     []string{filepath.Join("..", "config", "crd", "bases")},
@@ -79,6 +89,7 @@ func runSuite(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "FAIL: start envtest: %v\n", err)
 		return 1
 	}
+	restConfig = cfg
 	defer func() {
 		if err := env.Stop(); err != nil {
 			fmt.Fprintf(os.Stderr, "stop envtest: %v\n", err)
@@ -101,7 +112,7 @@ func runSuite(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "FAIL: manager:", err)
 		return 1
 	}
-	if err := Setup(mgr, Options{BusImage: testBusImage}); err != nil {
+	if err := Setup(mgr, Options{BusImage: testBusImage, BusResources: testBusResources}); err != nil {
 		fmt.Fprintln(os.Stderr, "FAIL: setup:", err)
 		return 1
 	}

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"maps"
 	"strings"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -65,6 +66,9 @@ type tenantScope struct {
 	workspaceConflict error
 	// sts is the StatefulSet as last observed; nil when not observed.
 	sts *appsv1.StatefulSet
+	// requeueAfter, when set, has the Tenant looked at again that soon
+	// for something no watch reports.
+	requeueAfter time.Duration
 }
 
 // +kubebuilder:rbac:groups=bus.storybus.io,resources=tenants,verbs=get;list;watch;update;patch
@@ -85,6 +89,7 @@ func (r *TenantReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ c
 	t := &v1alpha1.Tenant{}
 	if err := r.Get(ctx, req.NamespacedName, t); err != nil {
 		if apierrors.IsNotFound(err) {
+			forgetTenantMetrics(req.NamespacedName)
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, fmt.Errorf("get tenant: %w", err)
@@ -112,10 +117,12 @@ func (r *TenantReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ c
 		r.compile,
 		r.reconcileSecretFiles,
 		r.reconcileConfigMap,
+		r.recordConfiguration,
 		r.reconcileServices,
 		r.reconcileStatefulSet,
 		r.reconcilePDB,
 		r.annotatePods,
+		r.expandVolumes,
 	}
 	for _, phase := range phases {
 		if err := phase(ctx, s); err != nil {
@@ -125,7 +132,7 @@ func (r *TenantReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ c
 	if s.compileErr != nil {
 		return ctrl.Result{}, reconcile.TerminalError(s.compileErr)
 	}
-	return ctrl.Result{}, nil
+	return ctrl.Result{RequeueAfter: s.requeueAfter}, nil
 }
 
 // nameConflict records that name is taken by an object the Tenant does
@@ -319,7 +326,9 @@ func (r *TenantReconciler) reconcileStatefulSet(ctx context.Context, s *tenantSc
 	if err := r.checkOwnership(ctx, s, "StatefulSet", busName(t), sts); err != nil {
 		return err
 	}
-	if err := r.apply(ctx, desiredStatefulSet(t, r.Options), "statefulset"); err != nil {
+	desired := desiredStatefulSet(t, r.Options)
+	keepClaimTemplateSize(desired, sts)
+	if err := r.apply(ctx, desired, "statefulset"); err != nil {
 		return err
 	}
 	// The status comes from the cache: the StatefulSet controller writes it,
@@ -435,12 +444,13 @@ func (r *TenantReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&v1alpha1.Grant{}, handler.EnqueueRequestsFromMapFunc(r.grantToTenant)).
 		Watches(&v1alpha1.Tenant{}, handler.EnqueueRequestsFromMapFunc(r.sameWorkspaceTenants)).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.secretToTenants)).
+		Watches(&corev1.PersistentVolumeClaim{}, handler.EnqueueRequestsFromMapFunc(claimToTenant)).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 			return requestsFor(o.GetNamespace(), o.GetLabels()[LabelTenant])
 		}), builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
 			return o.GetLabels()[LabelManagedBy] == FieldManager
 		}))).
-		Complete(r)
+		Complete(observed{kind: "Tenant", inner: r})
 }
 
 // connectionChangesTenant passes the Connection events that can change its

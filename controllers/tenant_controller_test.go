@@ -514,7 +514,15 @@ func TestTenantValidation(t *testing.T) {
 	}
 	refused("workspaceID changed", tenantUpdate(func(tn *v1alpha1.Tenant) { tn.Spec.WorkspaceID = "ws-other" }), "workspaceID is immutable")
 	refused("workspaceID removed", tenantUpdate(func(tn *v1alpha1.Tenant) { tn.Spec.WorkspaceID = "" }), "workspaceID is immutable")
-	refused("volume size changed", tenantUpdate(func(tn *v1alpha1.Tenant) { tn.Spec.Storage.Embedded.Size = new(resource.MustParse("20Gi")) }), "size is immutable")
+	refused("volume size shrunk", tenantUpdate(func(tn *v1alpha1.Tenant) { tn.Spec.Storage.Embedded.Size = new(resource.MustParse("5Gi")) }), "size can only grow")
+	refused("pod label the operator selects by", tenantUpdate(func(tn *v1alpha1.Tenant) {
+		tn.Spec.Template = &v1alpha1.TenantTemplate{Pod: &v1alpha1.PodTemplate{Metadata: &v1alpha1.PodTemplateMetadata{
+			Labels: map[string]string{"team": "news", "app.kubernetes.io/instance": "other"}}}}
+	}), "are the operator's: it selects its pods by them")
+	refused("pod annotation of the operator's", tenantUpdate(func(tn *v1alpha1.Tenant) {
+		tn.Spec.Template = &v1alpha1.TenantTemplate{Pod: &v1alpha1.PodTemplate{Metadata: &v1alpha1.PodTemplateMetadata{
+			Annotations: map[string]string{v1alpha1.AnnotationConfigHash: "sha256:0"}}}}
+	}), "annotations of bus.storybus.io are the operator's")
 	refused("storage kind changed", tenantUpdate(func(tn *v1alpha1.Tenant) {
 		tn.Spec.Storage = &v1alpha1.TenantStorage{External: &v1alpha1.ExternalStorage{URL: "nats://x:4222"}}
 	}), "the kind of storage")

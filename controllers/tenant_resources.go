@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"encoding/json"
 	"fmt"
 	"strconv"
 
@@ -258,31 +259,99 @@ func desiredStatefulSet(t *v1alpha1.Tenant, o Options) *appsv1ac.StatefulSetAppl
 			WithReadOnlyRootFilesystem(true).
 			WithRunAsNonRoot(true).
 			WithCapabilities(corev1ac.Capabilities().WithDrop("ALL")))
-	if res := t.Spec.Resources; len(res.Limits) > 0 || len(res.Requests) > 0 {
-		rr := corev1ac.ResourceRequirements()
-		if len(res.Limits) > 0 {
-			rr = rr.WithLimits(res.Limits)
-		}
-		if len(res.Requests) > 0 {
-			rr = rr.WithRequests(res.Requests)
-		}
+	if rr := busResources(t, o); rr != nil {
 		container = container.WithResources(rr)
 	}
 
-	pod := corev1ac.PodTemplateSpec().
-		WithLabels(tenantLabels(t)).
-		WithSpec(corev1ac.PodSpec().
-			WithAutomountServiceAccountToken(false).
-			WithEnableServiceLinks(false).
-			WithTerminationGracePeriodSeconds(30).
-			WithSecurityContext(podSecurityContext(o.BusPlatformUID)).
-			WithContainers(container).
-			WithVolumes(volumes...))
+	podSpec := corev1ac.PodSpec().
+		WithAutomountServiceAccountToken(false).
+		WithEnableServiceLinks(false).
+		WithTerminationGracePeriodSeconds(30).
+		WithSecurityContext(podSecurityContext(o.BusPlatformUID)).
+		WithContainers(container).
+		WithVolumes(volumes...)
+	pod := corev1ac.PodTemplateSpec()
+	if tpl := podTemplate(t); tpl != nil {
+		if md := tpl.Metadata; md != nil {
+			pod = pod.WithLabels(md.Labels).WithAnnotations(md.Annotations)
+		}
+		podSpec = withPodTemplate(podSpec, tpl)
+	}
+	// The operator's labels go last: no template label replaces one it
+	// selects its pods by.
+	pod = pod.WithLabels(tenantLabels(t)).WithSpec(podSpec)
 
 	return appsv1ac.StatefulSet(busName(t), t.Namespace).
 		WithLabels(tenantLabels(t)).
 		WithOwnerReferences(ownerRef(t)).
 		WithSpec(spec.WithTemplate(pod))
+}
+
+// busResources are the bus container's requests and limits: the Tenant's
+// spec.resources, or, when it sets none, the operator's defaults. Nil when
+// both are empty.
+func busResources(t *v1alpha1.Tenant, o Options) *corev1ac.ResourceRequirementsApplyConfiguration {
+	res := t.Spec.Resources
+	if len(res.Limits) == 0 && len(res.Requests) == 0 {
+		res = o.BusResources
+	}
+	if len(res.Limits) == 0 && len(res.Requests) == 0 {
+		return nil
+	}
+	rr := corev1ac.ResourceRequirements()
+	if len(res.Limits) > 0 {
+		rr = rr.WithLimits(res.Limits)
+	}
+	if len(res.Requests) > 0 {
+		rr = rr.WithRequests(res.Requests)
+	}
+	return rr
+}
+
+// podTemplate returns spec.template.pod, nil when unset.
+func podTemplate(t *v1alpha1.Tenant) *v1alpha1.PodTemplate {
+	if t.Spec.Template == nil {
+		return nil
+	}
+	return t.Spec.Template.Pod
+}
+
+// withPodTemplate sets the scheduling fields of spec.template.pod on the
+// bus pods' spec.
+func withPodTemplate(spec *corev1ac.PodSpecApplyConfiguration, tpl *v1alpha1.PodTemplate) *corev1ac.PodSpecApplyConfiguration {
+	for _, s := range tpl.ImagePullSecrets {
+		spec = spec.WithImagePullSecrets(corev1ac.LocalObjectReference().WithName(s.Name))
+	}
+	if len(tpl.NodeSelector) > 0 {
+		spec = spec.WithNodeSelector(tpl.NodeSelector)
+	}
+	for i := range tpl.Tolerations {
+		spec = spec.WithTolerations(toApplyConfiguration[corev1ac.TolerationApplyConfiguration](&tpl.Tolerations[i]))
+	}
+	if tpl.Affinity != nil {
+		spec = spec.WithAffinity(toApplyConfiguration[corev1ac.AffinityApplyConfiguration](tpl.Affinity))
+	}
+	for i := range tpl.TopologySpreadConstraints {
+		spec = spec.WithTopologySpreadConstraints(toApplyConfiguration[corev1ac.TopologySpreadConstraintApplyConfiguration](&tpl.TopologySpreadConstraints[i]))
+	}
+	if tpl.PriorityClassName != "" {
+		spec = spec.WithPriorityClassName(tpl.PriorityClassName)
+	}
+	return spec
+}
+
+// toApplyConfiguration converts an API object into its apply
+// configuration: the two share their JSON form, field for field.
+func toApplyConfiguration[T any](obj any) *T {
+	b, err := json.Marshal(obj)
+	if err != nil {
+		panic(fmt.Sprintf("marshal %T: %v", obj, err)) // API types always marshal
+	}
+	out := new(T)
+	if err := json.Unmarshal(b, out); err != nil {
+		panic(fmt.Sprintf("%T into %T: %v", obj, out, err)) // same JSON form
+	}
+	return out
 }
 
 // podSecurityContext is the bus pods' restricted security context: the

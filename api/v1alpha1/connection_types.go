@@ -115,14 +115,14 @@ type ConnectionStatus struct {
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
-// +kubebuilder:resource:categories=storybus
-// +kubebuilder:printcolumn:name="Tenant",type=string,JSONPath=`.spec.tenantRef.name`
-// +kubebuilder:printcolumn:name="Client ID",type=string,JSONPath=`.status.clientID`
-// +kubebuilder:printcolumn:name="Active",type=boolean,JSONPath=`.spec.active`
-// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
-// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
-// +kubebuilder:printcolumn:name="Rotated",type=date,JSONPath=`.status.credentialsRotatedAt`,priority=1
-// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:resource:categories=storybus,shortName=sbc
+// +kubebuilder:printcolumn:name="Tenant",type=string,JSONPath=`.spec.tenantRef.name`,description="The Tenant whose workspace the connection belongs to"
+// +kubebuilder:printcolumn:name="Client ID",type=string,JSONPath=`.status.clientID`,description="The client id of its credentials"
+// +kubebuilder:printcolumn:name="Active",type=boolean,JSONPath=`.spec.active`,description="False refuses everything it sends with connection.inactive"
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`,description="True when its credentials exist and it is in force in its Tenant's bus"
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,description="Why Ready is what it is; the condition's message says more"
+// +kubebuilder:printcolumn:name="Rotated",type=date,JSONPath=`.status.credentialsRotatedAt`,priority=1,description="When the client secret was last generated"
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`,description="Time since the Connection was created"
 type Connection struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

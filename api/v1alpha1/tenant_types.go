@@ -100,6 +100,73 @@ type TenantSpec struct {
 	// +kubebuilder:default=retain
 	// +optional
 	DeletionPolicy DeletionPolicy `json:"deletionPolicy,omitempty"`
+
+	// Template customises what the operator makes for the Tenant's bus
+	// beyond the fields above: today its pods' scheduling and metadata.
+	// +optional
+	Template *TenantTemplate `json:"template,omitempty"`
+}
+
+// TenantTemplate customises the objects the operator makes for a Tenant.
+type TenantTemplate struct {
+	// Pod customises the bus pods.
+	// +optional
+	Pod *PodTemplate `json:"pod,omitempty"`
+}
+
+// PodTemplate is what a platform team may set on a Tenant's bus pods: their
+// scheduling, image pull Secrets and extra metadata. Everything else of the
+// pod is the operator's.
+type PodTemplate struct {
+	// Metadata holds extra labels and annotations of the bus pods. The
+	// labels the operator selects its pods by, and annotations of
+	// bus.storybus.io, cannot be set.
+	// +optional
+	Metadata *PodTemplateMetadata `json:"metadata,omitempty"`
+	// ImagePullSecrets name Secrets in the Tenant's namespace that the
+	// kubelet uses to pull the bus image.
+	// +kubebuilder:validation:MaxItems=16
+	// +listType=map
+	// +listMapKey=name
+	// +optional
+	ImagePullSecrets []corev1.LocalObjectReference `json:"imagePullSecrets,omitempty"`
+	// NodeSelector restricts the bus pods to nodes with these labels.
+	// +kubebuilder:validation:MaxProperties=64
+	// +optional
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+	// Tolerations let the bus pods run on tainted nodes.
+	// +kubebuilder:validation:MaxItems=64
+	// +listType=atomic
+	// +optional
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+	// Affinity is the bus pods' node, pod and anti-pod affinity.
+	// +optional
+	Affinity *corev1.Affinity `json:"affinity,omitempty"`
+	// TopologySpreadConstraints spread the bus pods over zones or nodes.
+	// Their labelSelector must select by the bus pods' own labels
+	// (app.kubernetes.io/instance is the Tenant's name).
+	// +kubebuilder:validation:MaxItems=16
+	// +listType=atomic
+	// +optional
+	TopologySpreadConstraints []corev1.TopologySpreadConstraint `json:"topologySpreadConstraints,omitempty"`
+	// PriorityClassName is the bus pods' PriorityClass.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	PriorityClassName string `json:"priorityClassName,omitempty"`
+}
+
+// PodTemplateMetadata is extra metadata of the bus pods.
+type PodTemplateMetadata struct {
+	// Labels are added to the bus pods' labels.
+	// +kubebuilder:validation:MaxProperties=64
+	// +kubebuilder:validation:XValidation:rule="!self.exists(k, k in ['app.kubernetes.io/name', 'app.kubernetes.io/component', 'app.kubernetes.io/instance', 'app.kubernetes.io/managed-by'] || k.startsWith('bus.storybus.io/'))",message="the labels app.kubernetes.io/name, component, instance and managed-by, and those of bus.storybus.io, are the operator's: it selects its pods by them"
+	// +optional
+	Labels map[string]string `json:"labels,omitempty"`
+	// Annotations are added to the bus pods' annotations.
+	// +kubebuilder:validation:MaxProperties=64
+	// +kubebuilder:validation:XValidation:rule="!self.exists(k, k.startsWith('bus.storybus.io/'))",message="annotations of bus.storybus.io are the operator's"
+	// +optional
+	Annotations map[string]string `json:"annotations,omitempty"`
 }
 
 // TenantStorage selects the store: exactly one of Embedded and External.
@@ -115,12 +182,35 @@ type TenantStorage struct {
 	External *ExternalStorage `json:"external,omitempty"`
 }
 
+// ConditionVolumeExpansion is a Tenant's condition while and after its
+// volumes grow to a larger spec.storage.embedded.size: True with reason
+// VolumesExpanded when every volume has the size, False with
+// VolumeExpanding while one grows, False with VolumeExpansionNotSupported
+// when its StorageClass does not allow it. Absent while the size never
+// changed. It does not count towards Ready: the bus serves meanwhile.
+const ConditionVolumeExpansion = "VolumeExpansion"
+
+// Reasons of ConditionVolumeExpansion.
+const (
+	// ReasonVolumesExpanded: every volume has the size asked for.
+	ReasonVolumesExpanded = "VolumesExpanded"
+	// ReasonVolumeExpanding: a volume claim asks the new size and the
+	// storage has not yet provided it.
+	ReasonVolumeExpanding = "VolumeExpanding"
+	// ReasonVolumeExpansionNotSupported: a volume's StorageClass does not
+	// allow expansion (allowVolumeExpansion), so it keeps its size.
+	ReasonVolumeExpansionNotSupported = "VolumeExpansionNotSupported"
+)
+
 // EmbeddedStorage is a volume for the embedded JetStream of each bus pod.
 //
-// +kubebuilder:validation:XValidation:rule="has(self.size) == has(oldSelf.size) && (!has(self.size) || self.size == oldSelf.size)",message="size is immutable: a StatefulSet's volume claims cannot change"
+// +kubebuilder:validation:XValidation:rule="has(self.size) == has(oldSelf.size) && (!has(self.size) || quantity(string(self.size)).compareTo(quantity(string(oldSelf.size))) >= 0)",message="size can only grow: a volume cannot shrink; set it to at least its current size"
 // +kubebuilder:validation:XValidation:rule="has(self.storageClassName) == has(oldSelf.storageClassName) && (!has(self.storageClassName) || self.storageClassName == oldSelf.storageClassName)",message="storageClassName is immutable"
 type EmbeddedStorage struct {
-	// Size of each pod's volume. Immutable.
+	// Size of each pod's volume. It can grow, never shrink: the operator
+	// expands the volume claims when their StorageClass allows it
+	// (allowVolumeExpansion) and reports it in the VolumeExpansion
+	// condition.
 	// +kubebuilder:default="10Gi"
 	// +optional
 	Size *resource.Quantity `json:"size,omitempty"`
@@ -242,15 +332,18 @@ type TenantStatus struct {
 	// +optional
 	Endpoint string `json:"endpoint,omitempty"`
 	// Replicas is the number of bus pods desired.
+	// +kubebuilder:default=0
 	// +optional
 	Replicas int32 `json:"replicas,omitempty"`
 	// ReadyReplicas is the number of bus pods ready.
+	// +kubebuilder:default=0
 	// +optional
 	ReadyReplicas int32 `json:"readyReplicas,omitempty"`
 	// ConfigHash is the hash of the workspace configuration last written.
 	// +optional
 	ConfigHash string `json:"configHash,omitempty"`
 	// Connections is the number of Connections in the configuration.
+	// +kubebuilder:default=0
 	// +optional
 	Connections int32 `json:"connections,omitempty"`
 }
@@ -261,14 +354,15 @@ type TenantStatus struct {
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
-// +kubebuilder:resource:categories=storybus
-// +kubebuilder:printcolumn:name="Workspace",type=string,JSONPath=`.status.workspaceID`
-// +kubebuilder:printcolumn:name="Replicas",type=integer,JSONPath=`.status.replicas`
-// +kubebuilder:printcolumn:name="Ready Replicas",type=integer,JSONPath=`.status.readyReplicas`
-// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
-// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
-// +kubebuilder:printcolumn:name="Endpoint",type=string,JSONPath=`.status.endpoint`,priority=1
-// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:resource:categories=storybus,shortName=sbt
+// +kubebuilder:printcolumn:name="Workspace",type=string,JSONPath=`.status.workspaceID`,description="The workspace id in force: the {t} of the publish routes"
+// +kubebuilder:printcolumn:name="Replicas",type=integer,JSONPath=`.status.replicas`,description="Bus pods desired"
+// +kubebuilder:printcolumn:name="Ready Replicas",type=integer,JSONPath=`.status.readyReplicas`,description="Bus pods ready"
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`,description="True when every desired bus pod serves the current configuration"
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,description="Why Ready is what it is; the condition's message says more"
+// +kubebuilder:printcolumn:name="Connections",type=integer,JSONPath=`.status.connections`,priority=1,description="Connections in the compiled configuration"
+// +kubebuilder:printcolumn:name="Endpoint",type=string,JSONPath=`.status.endpoint`,priority=1,description="Base URL of the publish API inside the cluster"
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`,description="Time since the Tenant was created"
 // +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 40 && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="a Tenant's name must be a DNS label of at most 40 characters starting with a letter: it names the bus's StatefulSet, Services and pods"
 type Tenant struct {
 	metav1.TypeMeta   `json:",inline"`

@@ -7,6 +7,8 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
@@ -31,7 +33,11 @@ type OperatorOptions struct {
 	BusImage                string
 	// BusPlatformUID leaves the bus pods' user and group to the platform.
 	BusPlatformUID bool
-	ClusterDomain  string
+	// BusCPURequest and BusMemoryRequest are the requests of bus
+	// containers whose Tenant sets no spec.resources; empty sets none.
+	BusCPURequest    string
+	BusMemoryRequest string
+	ClusterDomain    string
 	// MaxConcurrentReconciles is how many objects of one kind are
 	// reconciled at once; 0 means controller-runtime's default of one.
 	MaxConcurrentReconciles int
@@ -50,6 +56,8 @@ func (o *OperatorOptions) bind(cmd *cobra.Command) {
 	f.StringVar(&o.WatchNamespace, "watch-namespace", "", "reconcile only this namespace; empty reconciles all")
 	f.StringVar(&o.BusImage, "bus-image", controllers.DefaultBusImage, "image of the bus pods of Tenants that set no spec.image")
 	f.BoolVar(&o.BusPlatformUID, "bus-platform-uid", false, "leave the bus pods' user, group and fsGroup to the platform (OpenShift's restricted SCC assigns them) instead of the image's user 65532; they still run as non-root")
+	f.StringVar(&o.BusCPURequest, "bus-cpu-request", DefaultBusCPURequest, "CPU request of the bus pods of Tenants that set no spec.resources; empty sets none")
+	f.StringVar(&o.BusMemoryRequest, "bus-memory-request", DefaultBusMemoryRequest, "memory request of the bus pods of Tenants that set no spec.resources; empty sets none")
 	f.StringVar(&o.ClusterDomain, "cluster-domain", "cluster.local", "the cluster's DNS domain, for Tenants' status.endpoint")
 	f.IntVar(&o.MaxConcurrentReconciles, "max-concurrent-reconciles", DefaultMaxConcurrentReconciles, "objects of one kind reconciled at once (Tenants, Connections, …); reconciles wait mostly on the API server")
 	f.StringVar(&o.LogFormat, "log-format", "json", "log format: json or text")
@@ -60,7 +68,40 @@ func (o *OperatorOptions) bind(cmd *cobra.Command) {
 // chosen by measurement (docs/performance.md, "Operator at scale").
 const DefaultMaxConcurrentReconciles = 4
 
+// Default requests of bus containers whose Tenant sets no spec.resources:
+// what one bus with embedded JetStream uses at rest, so that the scheduler
+// counts it.
+const (
+	DefaultBusCPURequest    = "100m"
+	DefaultBusMemoryRequest = "256Mi"
+)
+
+// busResources are the requests the flags give bus containers.
+func (o *OperatorOptions) busResources() (corev1.ResourceRequirements, error) {
+	var rr corev1.ResourceRequirements
+	for _, r := range []struct {
+		flag, value string
+		name        corev1.ResourceName
+	}{{"--bus-cpu-request", o.BusCPURequest, corev1.ResourceCPU}, {"--bus-memory-request", o.BusMemoryRequest, corev1.ResourceMemory}} {
+		if r.value == "" {
+			continue
+		}
+		q, err := resource.ParseQuantity(r.value)
+		if err != nil {
+			return rr, usageError{fmt.Errorf("%s %q: not a Kubernetes quantity such as 100m or 256Mi", r.flag, r.value)}
+		}
+		if rr.Requests == nil {
+			rr.Requests = corev1.ResourceList{}
+		}
+		rr.Requests[r.name] = q
+	}
+	return rr, nil
+}
+
 func (o *OperatorOptions) validate() error {
+	if _, err := o.busResources(); err != nil {
+		return err
+	}
 	if o.MaxConcurrentReconciles < 1 {
 		return usageError{fmt.Errorf("--max-concurrent-reconciles must be at least 1")}
 	}
@@ -86,9 +127,10 @@ func newOperatorCommand() *cobra.Command {
 			}
 			var level slog.Level
 			_ = level.UnmarshalText([]byte(o.LogLevel))
-			var h slog.Handler = slog.NewJSONHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level})
+			ho := &slog.HandlerOptions{Level: level, ReplaceAttr: namedLevels}
+			var h slog.Handler = slog.NewJSONHandler(cmd.ErrOrStderr(), ho)
 			if o.LogFormat == "text" {
-				h = slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level})
+				h = slog.NewTextHandler(cmd.ErrOrStderr(), ho)
 			}
 			cfg, err := restConfig(o.Kubeconfig)
 			if err != nil {
@@ -99,6 +141,28 @@ func newOperatorCommand() *cobra.Command {
 	}
 	o.bind(cmd)
 	return cmd
+}
+
+// namedLevels writes every level as one of DEBUG, INFO, WARN and ERROR:
+// logr's verbosity V(n) reaches slog as level -n, which slog would write
+// as DEBUG+3 and the like.
+func namedLevels(_ []string, a slog.Attr) slog.Attr {
+	if a.Key != slog.LevelKey {
+		return a
+	}
+	l, ok := a.Value.Any().(slog.Level)
+	if !ok {
+		return a
+	}
+	switch {
+	case l < slog.LevelInfo:
+		return slog.String(a.Key, "DEBUG")
+	case l < slog.LevelWarn:
+		return slog.String(a.Key, "INFO")
+	case l < slog.LevelError:
+		return slog.String(a.Key, "WARN")
+	}
+	return slog.String(a.Key, "ERROR")
 }
 
 func restConfig(kubeconfig string) (*rest.Config, error) {
@@ -149,7 +213,11 @@ func RunOperator(ctx context.Context, o OperatorOptions, cfg *rest.Config, log l
 	if err != nil {
 		return fmt.Errorf("operator manager: %w", err)
 	}
-	if err := controllers.Setup(mgr, controllers.Options{BusImage: o.BusImage, BusPlatformUID: o.BusPlatformUID, ClusterDomain: o.ClusterDomain}); err != nil {
+	busResources, err := o.busResources()
+	if err != nil {
+		return err
+	}
+	if err := controllers.Setup(mgr, controllers.Options{BusImage: o.BusImage, BusPlatformUID: o.BusPlatformUID, BusResources: busResources, ClusterDomain: o.ClusterDomain}); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {

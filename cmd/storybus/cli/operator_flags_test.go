@@ -1,0 +1,51 @@
+package cli
+
+import (
+	"bytes"
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+)
+
+// TestNamedLevels: text logs name their levels, logr's verbosities
+// included, never DEBUG+3 or a number.
+func TestNamedLevels(t *testing.T) {
+	var b bytes.Buffer
+	log := logr.FromSlogHandler(slog.NewTextHandler(&b, &slog.HandlerOptions{Level: slog.Level(-10), ReplaceAttr: namedLevels}))
+	log.Info("info")
+	log.V(1).Info("verbose")
+	log.V(4).Info("very verbose")
+	log.Error(errors.New("boom"), "failed")
+	want := []string{"level=INFO msg=info", "level=DEBUG msg=verbose", "level=DEBUG msg=\"very verbose\"", "level=ERROR msg=failed"}
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	if len(lines) != len(want) {
+		t.Fatalf("logged\n%s", b.String())
+	}
+	for i, w := range want {
+		if !strings.Contains(lines[i], w) {
+			t.Errorf("line %q lacks %q", lines[i], w)
+		}
+	}
+}
+
+// TestBusResourceFlags: the default requests of bus containers come from
+// the flags; empty sets none; a value that is no quantity is a usage error.
+func TestBusResourceFlags(t *testing.T) {
+	o := OperatorOptions{BusCPURequest: "250m", BusMemoryRequest: ""}
+	rr, err := o.busResources()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cpu := rr.Requests[corev1.ResourceCPU]; cpu.String() != "250m" || len(rr.Requests) != 1 || rr.Limits != nil {
+		t.Errorf("resources %+v, want a 250m CPU request only", rr)
+	}
+	o.BusMemoryRequest = "lots"
+	var ue usageError
+	if _, err := o.busResources(); !errors.As(err, &ue) || !strings.Contains(err.Error(), "--bus-memory-request") {
+		t.Errorf("error %v, want a usage error naming --bus-memory-request", err)
+	}
+}

@@ -1,0 +1,135 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/storybus/storybus/api/v1alpha1"
+)
+
+// The operator's own metrics, served with controller-runtime's on the
+// operator's /metrics.
+var (
+	// configurationGeneration is, per Tenant, the generation whose
+	// workspace configuration the operator last compiled and wrote.
+	configurationGeneration = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "storybus_operator_tenant_configuration_generation",
+		Help: "The Tenant generation whose workspace configuration the operator last compiled and wrote to its ConfigMap.",
+	}, []string{"namespace", "tenant"})
+	// reconcileErrors counts the reconciles that failed and will be
+	// retried, by kind and the API server's reason. A spec the user must
+	// fix is not one: its conditions say so.
+	reconcileErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "storybus_operator_reconcile_errors_total",
+		Help: "Reconciles that failed and are retried, by kind and reason (the API server's status reason, or Unknown).",
+	}, []string{"kind", "reason"})
+	tenantsDesc = prometheus.NewDesc("storybus_operator_tenants",
+		"Tenants by condition type, status and reason.", []string{"condition", "status", "reason"}, nil)
+)
+
+func init() {
+	metrics.Registry.MustRegister(configurationGeneration, reconcileErrors)
+}
+
+// tenantCollector counts the Tenants in the manager's cache by condition
+// when scraped, so that a deleted Tenant leaves nothing behind.
+type tenantCollector struct {
+	reader client.Reader
+}
+
+// Describe implements prometheus.Collector.
+func (c tenantCollector) Describe(ch chan<- *prometheus.Desc) { ch <- tenantsDesc }
+
+// Collect implements prometheus.Collector.
+func (c tenantCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var l v1alpha1.TenantList
+	if err := c.reader.List(ctx, &l); err != nil {
+		ch <- prometheus.NewInvalidMetric(tenantsDesc, err)
+		return
+	}
+	type key struct{ condition, status, reason string }
+	counts := map[key]int{}
+	for _, t := range l.Items {
+		for _, cd := range t.Status.Conditions {
+			counts[key{cd.Type, string(cd.Status), cd.Reason}]++
+		}
+	}
+	for k, n := range counts {
+		ch <- prometheus.MustNewConstMetric(tenantsDesc, prometheus.GaugeValue, float64(n), k.condition, k.status, k.reason)
+	}
+}
+
+// registerMetrics adds the Tenant counts read through reader to the
+// registry, in place of those of an earlier manager of this process.
+func registerMetrics(reader client.Reader) error {
+	c := tenantCollector{reader: reader}
+	metrics.Registry.Unregister(c)
+	return metrics.Registry.Register(c)
+}
+
+// recordConfiguration is the phase after the ConfigMap's: it notes the
+// generation whose configuration was compiled and written.
+func (r *TenantReconciler) recordConfiguration(_ context.Context, s *tenantScope) error {
+	if s.configYAML != nil {
+		configurationGeneration.WithLabelValues(s.tenant.Namespace, s.tenant.Name).Set(float64(s.tenant.Generation))
+	}
+	return nil
+}
+
+// forgetTenantMetrics drops the metrics of a Tenant that is gone.
+func forgetTenantMetrics(t types.NamespacedName) {
+	configurationGeneration.DeleteLabelValues(t.Namespace, t.Name)
+}
+
+// observed wraps a reconciler of kind: a spec the user must fix
+// (reconcile.TerminalError) is already in the object's status and Events,
+// so it is logged at INFO and not handed to controller-runtime, which would
+// log it as an ERROR; so is a reconcile cut short because the operator
+// stops. Other errors are counted and returned to be retried.
+type observed struct {
+	kind  string
+	inner reconcile.Reconciler
+}
+
+// Reconcile implements reconcile.Reconciler.
+func (o observed) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	res, err := o.inner.Reconcile(ctx, req)
+	switch {
+	case err == nil:
+		return res, nil
+	case errors.Is(err, reconcile.TerminalError(nil)):
+		log.FromContext(ctx).Info("waiting for the spec to be fixed", "error", err.Error())
+		return ctrl.Result{}, nil
+	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+		// The operator is stopping: the next leader reconciles again.
+		log.FromContext(ctx).Info("reconcile interrupted by shutdown")
+		return ctrl.Result{}, nil
+	}
+	reconcileErrors.WithLabelValues(o.kind, errorReason(err)).Inc()
+	return res, err
+}
+
+// errorReason is the API server's reason for err, such as Conflict or
+// Forbidden, or Unknown.
+func errorReason(err error) string {
+	if r := apierrors.ReasonForError(err); r != metav1.StatusReasonUnknown {
+		return string(r)
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return "Timeout"
+	}
+	return "Unknown"
+}
