@@ -3,11 +3,13 @@ package main_test
 import (
 	"bufio"
 	"bytes"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/storybus/storybus/config/samples"
 	"github.com/storybus/storybus/internal/testutil"
 )
 
@@ -15,11 +17,68 @@ import (
 // pastes the curl pair it prints into a shell: 202 the first time, 200
 // duplicate the second.
 func TestDevPrintsAWorkingCurlPair(t *testing.T) {
+	addr, ops := testutil.FreeAddr(t), testutil.FreeAddr(t)
+	banner := startDev(t, "--listen", addr, "--ops-listen", ops)
+	if !strings.Contains(banner.pair[0], "http://"+addr) {
+		t.Fatalf("the printed commands do not use http://%s: %s", addr, banner.pair[0])
+	}
+	pasteTwice(t, banner.pair)
+}
+
+// TestDevTLSPrintsAWorkingCurlPair runs `storybus dev --tls`: it serves
+// HTTPS with a throwaway CA, prints the CA file and a curl pair that
+// trusts it with --cacert, and the pair answers 202, then 200 duplicate.
+// The CLI trusts the same CA through --ca-file and through SSL_CERT_FILE,
+// and not without either.
+func TestDevTLSPrintsAWorkingCurlPair(t *testing.T) {
+	addr, ops := testutil.FreeAddr(t), testutil.FreeAddr(t)
+	banner := startDev(t, "--tls", "--listen", addr, "--ops-listen", ops)
+	if banner.caFile == "" {
+		t.Fatal("dev --tls printed no CA certificate line")
+	}
+	if _, err := os.Stat(banner.caFile); err != nil {
+		t.Fatalf("the printed CA file: %v", err)
+	}
+	for _, line := range banner.pair {
+		if !strings.Contains(line, "--cacert "+banner.caFile) || !strings.Contains(line, "https://"+addr) {
+			t.Fatalf("the printed command does not trust the CA over https://%s: %s", addr, line)
+		}
+	}
+	pasteTwice(t, banner.pair)
+
+	token := func(env []string, args ...string) (string, error) {
+		cmd := exec.Command(binary, append([]string{"token", "--url", "https://" + addr, "--workspace", samples.WorkspaceID,
+			"--client-id", samples.CMSClientID}, args...)...)
+		cmd.Env = append(os.Environ(), append(env, "STORYBUS_CLIENT_SECRET="+samples.CMSSecret, "STORYBUS_CA_FILE=")...)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	if out, err := token(nil, "--ca-file", banner.caFile); err != nil || strings.Count(out, ".") != 2 {
+		t.Fatalf("token --ca-file: %v %s", err, out)
+	}
+	if out, err := token([]string{"SSL_CERT_FILE=" + banner.caFile}); err != nil || strings.Count(out, ".") != 2 {
+		t.Fatalf("token with SSL_CERT_FILE: %v %s", err, out)
+	}
+	if out, err := token([]string{"SSL_CERT_FILE=/dev/null", "SSL_CERT_DIR=/nonexistent"}); err == nil || !strings.Contains(out, "certificate") {
+		t.Fatalf("token trusting nothing: %v %s", err, out)
+	}
+}
+
+// devBanner is what `storybus dev` printed: the curl pair and, with --tls,
+// the CA file.
+type devBanner struct {
+	pair   []string
+	caFile string
+}
+
+// startDev runs `storybus dev` with args until the test ends, and reads
+// its banner.
+func startDev(t *testing.T, args ...string) devBanner {
+	t.Helper()
 	if _, err := exec.LookPath("curl"); err != nil {
 		t.Fatalf("curl is needed to paste the printed commands: %v", err)
 	}
-	addr, ops := testutil.FreeAddr(t), testutil.FreeAddr(t)
-	cmd := exec.Command(binary, "dev", "--listen", addr, "--ops-listen", ops)
+	cmd := exec.Command(binary, append([]string{"dev"}, args...)...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -32,7 +91,7 @@ func TestDevPrintsAWorkingCurlPair(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 
-	var pair []string
+	var b devBanner
 	lines := make(chan string)
 	go func() {
 		sc := bufio.NewScanner(stdout)
@@ -42,23 +101,30 @@ func TestDevPrintsAWorkingCurlPair(t *testing.T) {
 		close(lines)
 	}()
 	timeout := time.After(30 * time.Second)
-	for len(pair) < 2 {
+	for len(b.pair) < 2 {
 		select {
 		case line, ok := <-lines:
 			if !ok {
 				t.Fatalf("dev exited before printing the curl pair; logs:\n%s", logs.String())
 			}
-			if strings.HasPrefix(line, "TOKEN=$(curl") || (len(pair) == 1 && strings.HasPrefix(line, "curl ")) {
-				pair = append(pair, line)
+			if ca, found := strings.CutPrefix(line, "CA certificate: "); found {
+				b.caFile = ca
+			}
+			if strings.HasPrefix(line, "TOKEN=$(curl") || (len(b.pair) == 1 && strings.HasPrefix(line, "curl ")) {
+				b.pair = append(b.pair, line)
 			}
 		case <-timeout:
 			t.Fatalf("no curl pair printed in 30s; logs:\n%s", logs.String())
 		}
 	}
 	t.Logf("dev ready in %s", time.Since(start).Round(time.Millisecond))
-	if !strings.Contains(pair[0], addr) {
-		t.Fatalf("the printed commands do not use the listen address %s: %s", addr, pair[0])
-	}
+	return b
+}
+
+// pasteTwice pastes the curl pair into a shell twice: 202, then 200
+// duplicate.
+func pasteTwice(t *testing.T, pair []string) {
+	t.Helper()
 	script := strings.Join(pair, "\n")
 	for i, want := range []string{`{"accepted":true,"message_id":"`, `{"accepted":true,"duplicate":true,"message_id":"`} {
 		out, err := exec.Command("bash", "-c", script).CombinedOutput()
