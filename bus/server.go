@@ -33,8 +33,13 @@ const MaxBodyBytes = 240_000
 type Options struct {
 	// Store is the JetStream connection.
 	Store *store.Store
-	// Clock is the lease clock and the clock tokens are checked against.
+	// Clock is the bus's clock: tokens are issued and checked, and limits
+	// measured, against it.
 	Clock publish.Clock
+	// StoreClock is the store's clock, which the publish core measures the
+	// 30 s lease on; default the store's own (tests cross the lease with
+	// it).
+	StoreClock publish.StoreClock
 	// Faults are the publish core's fault points (tests, fault drills).
 	Faults publish.Faults
 	// Publisher overrides the topic publisher (tests count calls).
@@ -155,11 +160,11 @@ func (s *Server) Apply(ctx context.Context, cfg *config.Workspace) error {
 		return err
 	}
 	ws := &workspace{id: cfg.ID, policy: engine, core: publish.New(sw, s.opts.Store.JS, publish.Options{
-		Clock:     s.opts.Clock,
-		Faults:    s.opts.Faults,
-		Publisher: s.opts.Publisher,
-		Logger:    s.log,
-		Observe:   s.metrics.storeObserver(cfg.ID),
+		StoreClock: s.opts.StoreClock,
+		Faults:     s.opts.Faults,
+		Publisher:  s.opts.Publisher,
+		Logger:     s.log,
+		Observe:    s.metrics.storeObserver(cfg.ID),
 	})}
 	ws.cfg.Store(cfg)
 	next := make(map[string]*workspace, len(current)+1)

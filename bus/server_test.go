@@ -33,6 +33,10 @@ type fakeClock struct{ offset atomic.Int64 }
 func (c *fakeClock) Now() time.Time          { return time.Now().Add(time.Duration(c.offset.Load())) }
 func (c *fakeClock) Advance(d time.Duration) { c.offset.Add(int64(d)) }
 
+// StoreNow makes the clock the store's too: the embedded server runs on
+// this process's wall clock, and Advance moves both on.
+func (c *fakeClock) StoreNow(context.Context) (time.Time, error) { return c.Now(), nil }
+
 // harness is a bus serving two workspaces on a real embedded JetStream.
 type harness struct {
 	t      *testing.T
@@ -66,7 +70,7 @@ func newHarness(t testing.TB) *harness {
 		h.t = tt
 	}
 	h.srv = bus.New(bus.Options{
-		Store: st, Clock: h.clock, RequestTimeout: 5 * time.Second,
+		Store: st, Clock: h.clock, StoreClock: h.clock, RequestTimeout: 5 * time.Second,
 		Faults: func(ctx context.Context, p publish.FaultPoint, id string) error {
 			if f := h.faults.Load(); f != nil {
 				return (*f)(ctx, p, id)

@@ -37,8 +37,8 @@ import (
 // message.in_flight; after it, the retry takes the record over.
 const Lease = 30 * time.Second
 
-// Clock tells the time the lease is measured against. Tests inject one to
-// cross the 30 s and 7-day boundaries without sleeping.
+// Clock tells the bus's own time. The bus issues and checks tokens and
+// measures limits against it; the core decides nothing by it (StoreClock).
 type Clock interface{ Now() time.Time }
 
 // SystemClock is the wall clock.
@@ -46,6 +46,31 @@ type SystemClock struct{}
 
 // Now returns time.Now().
 func (SystemClock) Now() time.Time { return time.Now() }
+
+// StoreClock tells the store's time, which stamps every record: the lease
+// is measured on it, so that a bus whose clock differs from the store's
+// still gives a recorded message exactly its 30 s. Tests inject one to
+// cross the lease without sleeping.
+type StoreClock interface {
+	StoreNow(ctx context.Context) (time.Time, error)
+}
+
+// recordsClock asks the records bucket's stream for the time: the server
+// stamps its answer.
+type recordsClock struct{ kv jetstream.KeyValue }
+
+// StoreNow returns the time of the server that answers for the records.
+func (c recordsClock) StoreNow(ctx context.Context) (time.Time, error) {
+	st, err := c.kv.Status(ctx)
+	if err != nil {
+		return time.Time{}, err
+	}
+	b, ok := st.(*jetstream.KeyValueBucketStatus)
+	if !ok || b.StreamInfo().TimeStamp.IsZero() {
+		return time.Time{}, errors.New("the store did not say its time")
+	}
+	return b.StreamInfo().TimeStamp, nil
+}
 
 // FaultPoint names a step of the publish core where a fault can be injected.
 type FaultPoint string
@@ -128,7 +153,8 @@ type Outcome struct {
 
 // Options configure a Core.
 type Options struct {
-	Clock Clock
+	// StoreClock is the store's time; default the records bucket's server.
+	StoreClock StoreClock
 	// Faults is called at every fault point.
 	Faults Faults
 	// Publisher publishes to the topic; default the store's JetStream.
@@ -147,7 +173,7 @@ type Options struct {
 type Core struct {
 	ws        *store.Workspace
 	pub       Publisher
-	clock     Clock
+	storeNow  StoreClock
 	faults    Faults
 	opTimeout time.Duration
 	log       *slog.Logger
@@ -165,7 +191,7 @@ func New(ws *store.Workspace, js jetstream.JetStream, o Options) *Core {
 	c := &Core{
 		ws:        ws,
 		pub:       o.Publisher,
-		clock:     o.Clock,
+		storeNow:  o.StoreClock,
 		faults:    o.Faults,
 		opTimeout: o.OpTimeout,
 		log:       o.Logger,
@@ -175,8 +201,8 @@ func New(ws *store.Workspace, js jetstream.JetStream, o Options) *Core {
 	if c.pub == nil {
 		c.pub = js
 	}
-	if c.clock == nil {
-		c.clock = SystemClock{}
+	if c.storeNow == nil {
+		c.storeNow = recordsClock{ws.Records}
 	}
 	if c.opTimeout <= 0 {
 		c.opTimeout = 5 * time.Second
@@ -223,7 +249,9 @@ type attempt struct {
 	hash     string
 	subject  string
 	snapshot bool
-	start    time.Time
+	// recorded is the store's timestamp of this attempt's record, read
+	// when a contention must be told from a stale view.
+	recorded time.Time
 	head     Head
 	rev      uint64
 	decision Decision
@@ -247,9 +275,6 @@ func (c *Core) Publish(ctx context.Context, in Input) Outcome {
 		hash:     hex.EncodeToString(in.Hash[:]),
 		subject:  store.Subject(c.ws.ID, msg.Family, key),
 		snapshot: msg.Family == som.FamilyStoryContext, // the only family with story heads
-		// Contention compares server timestamps with the real time this
-		// attempt started, not the injectable lease clock.
-		start: time.Now(),
 	}
 	return a.run(ctx)
 }
@@ -369,7 +394,11 @@ func (a *attempt) commit(ctx context.Context, republish bool) Outcome {
 			a.head = fresh
 			continue
 		}
-		if fresh.Time.After(a.start) || try >= 2 {
+		during, err := a.changedSinceRecorded(ctx, fresh)
+		if err != nil {
+			return a.c.unavailable(err, "read record")
+		}
+		if during || try >= 2 {
 			a.remove(ctx)
 			v := rules.New(rules.CommitContention, "another writer changed the story at the same moment; nothing was recorded", "/payload/story_id")
 			return refuse(v)
@@ -381,6 +410,28 @@ func (a *attempt) commit(ctx context.Context, republish bool) Outcome {
 			return a.refuseDecided(refusal)
 		}
 	}
+}
+
+// changedSinceRecorded reports whether the story head was written after
+// this attempt's record: by the store's timestamps of both, never the
+// bus's clock, so that a bus whose clock differs from the store's does not
+// see every recent head as written during its attempt (or none).
+func (a *attempt) changedSinceRecorded(ctx context.Context, head Head) (bool, error) {
+	if a.recorded.IsZero() {
+		cctx, cancel := context.WithTimeout(ctx, a.c.opTimeout)
+		entry, err := a.c.ws.Records.GetRevision(cctx, a.key, a.rev)
+		cancel()
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+			// The record was rewritten since: it is not this attempt's
+			// any more, so the story was not left as it found it.
+			return true, nil
+		case err != nil:
+			return false, err
+		}
+		a.recorded = entry.Created()
+	}
+	return head.Time.After(a.recorded), nil
 }
 
 // publish sends the message to the topic, with a compare-and-swap on the
@@ -417,7 +468,7 @@ func (a *attempt) published(ack *jetstream.PubAck) {
 	if ack != nil && !ack.Duplicate {
 		a.c.heads.put(a.msg.StoryID, Head{
 			Exists: true, SubjectSeq: ack.Sequence, SequenceNumber: a.msg.SequenceNumber,
-			State: a.msg.State, Owner: a.decision.Owner, MessageID: a.msg.MessageID, Time: time.Now(),
+			State: a.msg.State, Owner: a.decision.Owner, MessageID: a.msg.MessageID,
 		})
 	}
 }
@@ -485,13 +536,20 @@ func (a *attempt) existing(ctx context.Context, entry jetstream.KeyValueEntry) O
 	} else if _, ok := a.c.marking.Load(a.key); ok {
 		return Outcome{Status: http.StatusOK, Duplicate: true}
 	}
-	if age := a.c.clock.Now().Sub(entry.Created()); age < Lease {
+	// The record's age on the store's clock, which stamped it.
+	cctx, cancel := context.WithTimeout(ctx, a.c.opTimeout)
+	now, err := a.c.storeNow.StoreNow(cctx)
+	cancel()
+	if err != nil {
+		return a.c.unavailable(err, "read the store's time")
+	}
+	if age := now.Sub(entry.Created()); age < Lease {
 		return a.retryLater(rules.MessageInFlight,
 			"an earlier attempt of this message was recorded "+age.Round(time.Millisecond).String()+" ago and is not confirmed published yet",
 			Lease-age)
 	}
 	// Take the record over: only one retry can win this compare-and-swap.
-	cctx, cancel := context.WithTimeout(ctx, a.c.opTimeout)
+	cctx, cancel = context.WithTimeout(ctx, a.c.opTimeout)
 	rev, err := a.c.ws.Records.Update(cctx, a.key, encodeRecord(a.hash, stateRecorded), entry.Revision())
 	cancel()
 	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) || store.IsWrongLastSequence(err) {

@@ -42,7 +42,9 @@ type Head struct {
 	Owner string
 	// MessageID is the head snapshot's message_id.
 	MessageID string
-	// Time is the server's timestamp of the head message.
+	// Time is the server's timestamp of the head message, when it was
+	// read from the store; zero for a head this process learnt from its
+	// own publish's acknowledgement.
 	Time time.Time
 }
 

@@ -40,7 +40,11 @@ func (c *fakeClock) Advance(d time.Duration) { c.offset.Add(int64(d)) }
 // their lease, records written later are not.
 func (c *fakeClock) Freeze(t time.Time) { c.frozen.Store(t.UnixNano()) }
 
-var _ publish.Clock = (*fakeClock)(nil)
+// StoreNow is the store's time: the embedded server runs on this
+// process's wall clock, which the offset moves on.
+func (c *fakeClock) StoreNow(context.Context) (time.Time, error) { return c.Now(), nil }
+
+var _ publish.StoreClock = (*fakeClock)(nil)
 
 // countingPublisher counts topic publish calls that the store acknowledged
 // as new messages.
@@ -149,7 +153,7 @@ func (e *env) connect(workspace string, window time.Duration) {
 	e.st, e.ws = st, ws
 	e.pub = &countingPublisher{js: st.JS}
 	e.core = publish.New(ws, st.JS, publish.Options{
-		Clock: e.clock, Faults: e.faults.hook, Publisher: e.pub, OpTimeout: 10 * time.Second,
+		StoreClock: e.clock, Faults: e.faults.hook, Publisher: e.pub, OpTimeout: 10 * time.Second,
 	})
 }
 
