@@ -3,7 +3,9 @@
 // stage 9 (grants) and stage 12 (ownership and the workspace's own rules).
 //
 // The bus's Rego modules are embedded from rego/; a workspace may add its
-// own modules in packages under storybus.tenant. Modules are compiled once,
+// own modules in packages under storybus.tenant, which run sandboxed (no
+// built-in that reaches the network, the clock or randomness; see
+// sandbox.go) and under a deadline. Modules are compiled once,
 // with PrepareForEval, when an Engine is built and when they change; the
 // workspace's configuration is OPA data, replaced in place when it changes.
 // A set of modules that does not compile never replaces the working one.
