@@ -161,7 +161,8 @@ type Options struct {
 	Publisher Publisher
 	// OpTimeout bounds every store operation; default 5s.
 	OpTimeout time.Duration
-	// HeadCacheSize bounds the story heads kept in memory; default 100,000.
+	// HeadCacheSize bounds the story heads kept in memory, the least
+	// recently used forgotten first; default 100,000.
 	HeadCacheSize int
 	// Logger receives internal errors.
 	Logger *slog.Logger
@@ -196,7 +197,6 @@ func New(ws *store.Workspace, js jetstream.JetStream, o Options) *Core {
 		opTimeout: o.OpTimeout,
 		log:       o.Logger,
 		observe:   o.Observe,
-		heads:     newHeadCache(o.HeadCacheSize),
 	}
 	if c.pub == nil {
 		c.pub = js
@@ -214,8 +214,9 @@ func New(ws *store.Workspace, js jetstream.JetStream, o Options) *Core {
 		c.observe = func(string, time.Duration) {}
 	}
 	if o.HeadCacheSize <= 0 {
-		c.heads = newHeadCache(100_000)
+		o.HeadCacheSize = 100_000
 	}
+	c.heads = newHeadCache(o.HeadCacheSize)
 	return c
 }
 

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -81,46 +82,35 @@ func headFromMsg(m *jetstream.RawStreamMsg) Head {
 	}
 }
 
-// headCache remembers story heads this process has seen. A cached head can
-// only be behind the store (sequence numbers only grow), so a refusal from
-// it is always right and an acceptance is confirmed by the publish's
-// compare-and-swap on the story subject.
+// headCache remembers the story heads this process has seen, the least
+// recently used forgotten first when it is full (a forgotten head is read
+// again from the store on demand). A cached head can only be behind the
+// store (sequence numbers only grow), so a refusal from it is always right
+// and an acceptance is confirmed by the publish's compare-and-swap on the
+// story subject.
 type headCache struct {
-	mu    sync.Mutex
-	heads map[string]Head
-	max   int
+	mu    sync.Mutex // makes put's compare and add one step
+	heads *lru.Cache[string, Head]
 }
 
-func newHeadCache(max int) *headCache {
-	return &headCache{heads: make(map[string]Head), max: max}
+func newHeadCache(size int) *headCache {
+	heads, err := lru.New[string, Head](size)
+	if err != nil {
+		panic(err) // only for a size under 1, which New never passes
+	}
+	return &headCache{heads: heads}
 }
 
-func (c *headCache) get(story string) (Head, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	h, ok := c.heads[story]
-	return h, ok
-}
+func (c *headCache) get(story string) (Head, bool) { return c.heads.Get(story) }
 
 // put stores h unless the cache already holds a later head.
 func (c *headCache) put(story string, h Head) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if old, ok := c.heads[story]; ok && old.SubjectSeq > h.SubjectSeq {
+	if old, ok := c.heads.Peek(story); ok && old.SubjectSeq > h.SubjectSeq {
 		return
 	}
-	if len(c.heads) >= c.max {
-		// Evict an arbitrary tenth: a forgotten head is re-read on demand.
-		n := c.max / 10
-		for k := range c.heads {
-			if n <= 0 {
-				break
-			}
-			delete(c.heads, k)
-			n--
-		}
-	}
-	c.heads[story] = h
+	c.heads.Add(story, h)
 }
 
 // readHead reads a story's head from the store.

@@ -1,6 +1,7 @@
 package publish
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/storybus/storybus/bus/rules"
@@ -47,5 +48,43 @@ func TestCheckSequence(t *testing.T) {
 				t.Fatalf("warning %q, want %q", gotWarn, tc.warning)
 			}
 		})
+	}
+}
+
+// TestHeadCacheForgetsTheLeastRecentlyUsed: a full cache forgets the head
+// used longest ago, one at a time, never a recently read one; and it never
+// goes back to an older head of a story.
+func TestHeadCacheForgetsTheLeastRecentlyUsed(t *testing.T) {
+	c := newHeadCache(3)
+	for i, story := range []string{"a", "b", "c"} {
+		c.put(story, Head{Exists: true, SubjectSeq: uint64(i + 1)})
+	}
+	c.get("a") // now b is the least recently used
+	c.put("d", Head{Exists: true, SubjectSeq: 4})
+	for story, want := range map[string]bool{"a": true, "b": false, "c": true, "d": true} {
+		if _, ok := c.heads.Peek(story); ok != want {
+			t.Errorf("%s cached %v, want %v", story, ok, want)
+		}
+	}
+	c.put("c", Head{Exists: true, SubjectSeq: 5}) // c used: a is the oldest
+	c.put("e", Head{Exists: true, SubjectSeq: 6})
+	if _, ok := c.get("a"); ok {
+		t.Error("a was kept over more recently used heads")
+	}
+	for _, story := range []string{"c", "d", "e"} {
+		if _, ok := c.get(story); !ok {
+			t.Errorf("%s was forgotten", story)
+		}
+	}
+	c.put("e", Head{Exists: true, SubjectSeq: 2})
+	if h, _ := c.get("e"); h.SubjectSeq != 6 {
+		t.Errorf("an older head replaced a newer one: %+v", h)
+	}
+	// However many stories pass, the cache holds its size.
+	for i := range 1000 {
+		c.put(fmt.Sprint("s", i), Head{Exists: true, SubjectSeq: uint64(i)})
+	}
+	if n := c.heads.Len(); n != 3 {
+		t.Errorf("%d heads cached, want 3", n)
 	}
 }
