@@ -220,7 +220,8 @@ func TestRenderVariants(t *testing.T) {
 		}
 		checkRestricted(t, pod)
 		for _, a := range []string{"--leader-elect=true", "--bus-image=" + c.Image, "--metrics-bind-address=:8080",
-			"--health-probe-bind-address=:8081", "--leader-election-namespace=" + releaseNamespace} {
+			"--health-probe-bind-address=:8081", "--leader-election-namespace=" + releaseNamespace,
+			"--bus-cpu-request=100m", "--bus-memory-request=256Mi"} {
 			if !slices.Contains(c.Args, a) {
 				t.Errorf("args %v lack %s", c.Args, a)
 			}
@@ -295,6 +296,15 @@ func TestRenderVariants(t *testing.T) {
 		decode(t, find(t, ms, "Deployment", "storybus-operator"), &d)
 		if sa := d.Spec.Template.Spec.ServiceAccountName; sa != "ops" {
 			t.Errorf("serviceAccountName %s, want ops", sa)
+		}
+	})
+	t.Run("bus resources: quantities pass the schema, empty sets none", func(t *testing.T) {
+		ms := splitManifests(t, render(t, "--set", "busResources.requests.cpu=1.5,busResources.requests.memory=", "--set", "resources.limits.memory=1e9"))
+		var d appsv1.Deployment
+		decode(t, find(t, ms, "Deployment", "storybus-operator"), &d)
+		args := d.Spec.Template.Spec.Containers[0].Args
+		if !slices.Contains(args, "--bus-cpu-request=1.5") || !slices.Contains(args, "--bus-memory-request=") {
+			t.Errorf("args %v, want --bus-cpu-request=1.5 and an empty --bus-memory-request", args)
 		}
 	})
 	t.Run("busImage and digest", func(t *testing.T) {
@@ -383,6 +393,9 @@ func TestSchemaRefusesBadValues(t *testing.T) {
 		{"scrape interval", "metrics.serviceMonitor.interval=30sec", []string{"/metrics/serviceMonitor/interval", "does not match pattern"}},
 		{"extra argument not a flag", "extraArgs[0]=serve", []string{"/extraArgs/0", "'serve' does not match pattern"}},
 		{"metrics port", "metrics.service.port=70000", []string{"/metrics/service/port", "maximum: got 70,000, want 65,535"}},
+		{"memory limit not a quantity", "resources.limits.memory=lots", []string{"/resources/limits/memory", "'lots' does not match pattern"}},
+		{"negative request", "resources.requests.cpu=-1", []string{"/resources/requests/cpu", "minimum: got -1, want 0"}},
+		{"bus CPU request not a quantity", "busResources.requests.cpu=2cores", []string{"/busResources/requests/cpu", "'2cores' does not match pattern"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := helm(t, "template", releaseName, chartDir, "--namespace", releaseNamespace, "--set", c.set)
