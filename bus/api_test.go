@@ -136,6 +136,37 @@ func TestAuthentication(t *testing.T) {
 	expect(t, h.post(t, "newsroom", tok, snapshot("", "s", 1, "cms")), http.StatusUnauthorized, rules.AuthTokenExpired)
 }
 
+// TestAuthorizationSchemeIsCaseInsensitive: RFC 7235 auth schemes are
+// case-insensitive, so bearer and BEARER authenticate as Bearer does; another
+// scheme, or a scheme without a token, is auth.token.missing.
+func TestAuthorizationSchemeIsCaseInsensitive(t *testing.T) {
+	h := newHarness(t)
+	tok := h.token(t, "newsroom", "cms", cmsSecret)
+	seq := 0
+	for _, tc := range []struct {
+		header string
+		status int
+		rule   string
+	}{
+		{"Bearer " + tok, http.StatusAccepted, ""},
+		{"bearer " + tok, http.StatusAccepted, ""},
+		{"BEARER " + tok, http.StatusAccepted, ""},
+		{"bEaReR " + tok, http.StatusAccepted, ""},
+		{"Basic " + tok, http.StatusUnauthorized, rules.AuthTokenMissing},
+		{"Bearertoken " + tok, http.StatusUnauthorized, rules.AuthTokenMissing},
+		{"bearer", http.StatusUnauthorized, rules.AuthTokenMissing},
+		{"bearer ", http.StatusUnauthorized, rules.AuthTokenMissing},
+	} {
+		seq++
+		req, _ := http.NewRequest(http.MethodPost, h.http.URL+"/v1/tenants/newsroom/messages", bytes.NewReader(snapshot("", "scheme", seq, "cms")))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", tc.header)
+		if a := h.do(t, req); a.Status != tc.status || a.rule() != tc.rule {
+			t.Errorf("Authorization %.12q…: %d %q, want %d %q", tc.header, a.Status, a.rule(), tc.status, tc.rule)
+		}
+	}
+}
+
 func TestRotationRevokesEarlierTokens(t *testing.T) {
 	h := newHarness(t)
 	old := h.token(t, "newsroom", "cms", cmsSecret)
