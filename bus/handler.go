@@ -218,13 +218,6 @@ func (s *Server) authenticate(r *request) []rules.Violation {
 	return nil
 }
 
-// verifiedToken is a token that passed verification against cfg.
-type verifiedToken struct {
-	claims  *auth.Claims
-	cfg     *config.Workspace
-	expires time.Time
-}
-
 // maxCachedTokens bounds the verified-token cache; producers reuse a token
 // for its lifetime, so the cache holds about one per connection.
 const maxCachedTokens = 10_000
@@ -233,14 +226,8 @@ const maxCachedTokens = 10_000
 // token expires or its workspace's configuration changes (a rotation, a
 // deactivation), so a producer's token is parsed once, not per request.
 func (s *Server) verifyToken(r *request, token string, now time.Time) (*auth.Claims, *config.Workspace, string) {
-	if v, ok := s.tokens.Load(token); ok {
-		vt := v.(*verifiedToken)
-		if ws, served := s.workspace(vt.claims.Workspace()); served && ws.cfg.Load() == vt.cfg && now.Before(vt.expires) {
-			return vt.claims, vt.cfg, ""
-		}
-		if _, loaded := s.tokens.LoadAndDelete(token); loaded {
-			s.tokenCount.Add(-1)
-		}
+	if claims, cfg, ok := s.tokens.Get(token, now, s.Config); ok {
+		return claims, cfg, ""
 	}
 	cfg := r.cfg
 	peek, ok := auth.Peek(token)
@@ -257,11 +244,7 @@ func (s *Server) verifyToken(r *request, token string, now time.Time) (*auth.Cla
 	if rule != "" {
 		return nil, nil, rule
 	}
-	if s.tokenCount.Add(1) > maxCachedTokens {
-		s.tokens.Clear()
-		s.tokenCount.Store(0)
-	}
-	s.tokens.Store(token, &verifiedToken{claims: claims, cfg: cfg, expires: claims.ExpiresAt.Time})
+	s.tokens.Add(token, claims, cfg)
 	return claims, cfg, ""
 }
 

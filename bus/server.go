@@ -20,6 +20,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/storybus/storybus/bus/auth"
 	"github.com/storybus/storybus/bus/config"
 	"github.com/storybus/storybus/bus/publish"
 	"github.com/storybus/storybus/bus/store"
@@ -85,8 +86,7 @@ type Server struct {
 	rejectedMu sync.Mutex
 	rejected   map[string]rejection
 	// tokens caches verified bearer tokens (see verifyToken).
-	tokens     sync.Map
-	tokenCount atomic.Int64
+	tokens *auth.Cache
 }
 
 // workspace is one served workspace: its current configuration, swapped
@@ -116,7 +116,7 @@ func New(o Options) *Server {
 	if o.RequestTimeout <= 0 {
 		o.RequestTimeout = 10 * time.Second
 	}
-	s := &Server{opts: o, attempts: DefaultTokenAttempts, log: o.Logger, metrics: o.Metrics}
+	s := &Server{opts: o, attempts: DefaultTokenAttempts, log: o.Logger, metrics: o.Metrics, tokens: auth.NewCache(maxCachedTokens)}
 	if o.TokenAttempts != nil {
 		s.attempts = *o.TokenAttempts
 	}

@@ -1,80 +1,65 @@
 package client
 
 import (
-	"container/list"
-	"sync"
 	"time"
+
+	golru "github.com/hashicorp/golang-lru/v2"
 )
 
-// lru is a bounded map that forgets its least recently added entries first,
-// and entries older than its window.
+// lru is a bounded map that forgets, when full, the entry least recently
+// added (or added again), and forgets entries older than its window, as
+// measured by the client's clock: golang-lru's cache, with the window on
+// top. Reading an entry does not make it recent: the client's memories are
+// of what it did (a snapshot refused, an id handled), not of what it asked.
 type lru[V any] struct {
-	mu     sync.Mutex
 	size   int
 	window time.Duration // 0: no window
-	order  *list.List    // front: newest
-	items  map[string]*list.Element
+	items  *golru.Cache[string, lruItem[V]]
 }
 
 type lruItem[V any] struct {
-	key   string
 	value V
 	added time.Time
 }
 
 func newLRU[V any](size int, window time.Duration) *lru[V] {
-	return &lru[V]{size: size, window: window, order: list.New(), items: map[string]*list.Element{}}
+	items, err := golru.New[string, lruItem[V]](size)
+	if err != nil {
+		panic(err) // only for a size under 1, which the callers never pass
+	}
+	return &lru[V]{size: size, window: window, items: items}
+}
+
+func (l *lru[V]) expired(it lruItem[V], now time.Time) bool {
+	return l.window > 0 && now.Sub(it.added) >= l.window
 }
 
 func (l *lru[V]) get(key string, now time.Time) (V, bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var zero V
-	el, ok := l.items[key]
-	if !ok {
-		return zero, false
-	}
-	it := el.Value.(*lruItem[V])
-	if l.window > 0 && now.Sub(it.added) >= l.window {
-		l.order.Remove(el)
-		delete(l.items, key)
+	it, ok := l.items.Peek(key)
+	if !ok || l.expired(it, now) {
+		if ok {
+			l.items.Remove(key)
+		}
+		var zero V
 		return zero, false
 	}
 	return it.value, true
 }
 
 func (l *lru[V]) add(key string, v V, now time.Time) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if el, ok := l.items[key]; ok {
-		l.order.MoveToFront(el)
-		it := el.Value.(*lruItem[V])
-		it.value, it.added = v, now
-	} else {
-		l.items[key] = l.order.PushFront(&lruItem[V]{key: key, value: v, added: now})
-	}
-	for l.order.Len() > l.size {
-		l.evict(l.order.Back())
-	}
-	for l.window > 0 {
-		back := l.order.Back()
-		if back == nil || now.Sub(back.Value.(*lruItem[V]).added) < l.window {
-			break
+	l.items.Add(key, lruItem[V]{value: v, added: now})
+	// Entries are in the order they were added: the expired ones are the
+	// oldest.
+	for {
+		oldest, it, ok := l.items.GetOldest()
+		if !ok || !l.expired(it, now) {
+			return
 		}
-		l.evict(back)
+		l.items.Remove(oldest)
 	}
 }
 
-func (l *lru[V]) evict(el *list.Element) {
-	l.order.Remove(el)
-	delete(l.items, el.Value.(*lruItem[V]).key)
-}
-
-func (l *lru[V]) len() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.order.Len()
-}
+func (l *lru[V]) len() int { return l.items.Len() }
 
 // lruEntry is a key and when it was added.
 type lruEntry struct {
@@ -84,12 +69,12 @@ type lruEntry struct {
 
 // oldestFirst returns the keys in the order they were added.
 func (l *lru[V]) oldestFirst() []lruEntry {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	out := make([]lruEntry, 0, l.order.Len())
-	for el := l.order.Back(); el != nil; el = el.Prev() {
-		it := el.Value.(*lruItem[V])
-		out = append(out, lruEntry{key: it.key, added: it.added})
+	keys := l.items.Keys()
+	out := make([]lruEntry, 0, len(keys))
+	for _, k := range keys {
+		if it, ok := l.items.Peek(k); ok {
+			out = append(out, lruEntry{key: k, added: it.added})
+		}
 	}
 	return out
 }

@@ -1,6 +1,6 @@
 // Package auth issues and verifies the workspace access tokens of the
 // OAuth2 client-credentials flow: JWTs signed with the workspace's key,
-// whose audience is the workspace.
+// whose audience is the workspace, and remembers the tokens it verified.
 package auth
 
 import (
