@@ -177,19 +177,16 @@ func (s *Server) consumerStart(c *gin.Context, withBody bool) (*consumeRequest, 
 	// A consumer request accepts no message, so it takes no slot of the
 	// daily quota: only the request rate applies.
 	r := &consumeRequest{request: request{c: c, ws: ws, cfg: ws.cfg.Load(), rateOnly: true}, name: c.Param("name")}
-	stages := []func(*request) []rules.Violation{s.authenticate, s.gate}
+	stages := []stage{{"authentication", s.authenticate}, {"connection, firewall and limits", s.gate}}
 	if withBody {
-		stages = append([]func(*request) []rules.Violation{s.readBody}, stages...)
+		stages = append([]stage{{"size", s.readBody}}, stages...)
 	} else if c.GetHeader("Content-Type") == "" {
 		// A pull has no body: the firewall's content types, which are
 		// about bodies, judge it as the JSON it answers with.
 		r.contentType = &contentType{mediaType: "application/json"}
 	}
-	for _, st := range stages {
-		if vs := st(&r.request); len(vs) > 0 {
-			refuse(c, r.retry, vs...)
-			return nil, false
-		}
+	if !runStages(&r.request, stages) {
+		return nil, false
 	}
 	if !consumerName.MatchString(r.name) {
 		refuse(c, 0, rules.New(rules.ConsumerRequestInvalid, "a consumer name is 1 to 64 letters, digits, '-' or '_'", ""))

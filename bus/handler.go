@@ -64,16 +64,44 @@ func (r *request) mediaType() contentType {
 	return *r.contentType
 }
 
-// stage is one step of the publish pipeline; a non-empty result refuses the
-// request with those violations.
+// stage is one step of the publish pipeline.
 type stage struct {
 	name string
-	run  func(*request) []rules.Violation
+	run  func(*request) outcome
+}
+
+// outcome is what a stage decided. The zero outcome lets the request go on;
+// refusals refuse it with those violations; answered means the stage wrote
+// the answer itself (API Gateway's 403 on the iam routes), and nothing more
+// is written.
+type outcome struct {
+	refusals []rules.Violation
+	answered bool
+}
+
+// refused is the outcome that refuses the request with vs; with none, the
+// request goes on.
+func refused(vs ...rules.Violation) outcome { return outcome{refusals: vs} }
+
+// runStages runs stages in order until one stops the request, and answers
+// its refusal. It reports whether every stage let the request go on.
+func runStages(r *request, stages []stage) bool {
+	for _, st := range stages {
+		out := st.run(r)
+		switch {
+		case out.answered:
+			return false
+		case len(out.refusals) > 0:
+			refuse(r.c, r.retry, out.refusals...)
+			return false
+		}
+	}
+	return true
 }
 
 // stages returns the pipeline of SPEC §3.2 up to grants (stage 9), with
 // auth as stage 3; the publish core runs stages 10 to 13.
-func (s *Server) stages(auth func(*request) []rules.Violation) []stage {
+func (s *Server) stages(auth func(*request) outcome) []stage {
 	return []stage{
 		{"size", s.readBody},
 		{"authentication", auth},
@@ -100,13 +128,8 @@ func (s *Server) publishWith(c *gin.Context, stages []stage) {
 	ctx, cancel := context.WithTimeout(c.Request.Context(), s.opts.RequestTimeout)
 	defer cancel()
 	req := &request{c: c, ws: ws, cfg: ws.cfg.Load()}
-	for _, st := range stages {
-		if vs := st.run(req); len(vs) > 0 {
-			if !c.Writer.Written() { // the iam routes' stage 3 writes API Gateway's answer itself
-				refuse(c, req.retry, vs...)
-			}
-			return
-		}
+	if !runStages(req, stages) {
+		return
 	}
 	hash, err := req.msg.ContentHash()
 	if err != nil { // Parse already refused what cannot be canonicalised
@@ -169,9 +192,9 @@ const exactReadBytes = 32 << 10
 
 // readBody is stage 2: the body, read bounded, never whole into memory
 // before its size is known.
-func (s *Server) readBody(r *request) []rules.Violation {
-	tooLarge := func() []rules.Violation {
-		return one(rules.New(rules.MessageTooLarge, "the body is over 240,000 bytes", ""))
+func (s *Server) readBody(r *request) outcome {
+	tooLarge := func() outcome {
+		return refused(rules.New(rules.MessageTooLarge, "the body is over 240,000 bytes", ""))
 	}
 	n := r.c.Request.ContentLength
 	if n > MaxBodyBytes {
@@ -193,29 +216,29 @@ func (s *Server) readBody(r *request) []rules.Violation {
 	case len(body) > MaxBodyBytes:
 		return tooLarge()
 	case err != nil:
-		return one(rules.New(rules.MessageNotJSON, "the body could not be read: "+err.Error(), ""))
+		return refused(rules.New(rules.MessageNotJSON, "the body could not be read: "+err.Error(), ""))
 	}
 	r.body = body
-	return nil
+	return outcome{}
 }
 
 // authenticate is stage 3: the bearer token.
-func (s *Server) authenticate(r *request) []rules.Violation {
+func (s *Server) authenticate(r *request) outcome {
 	scheme, token, ok := strings.Cut(r.c.GetHeader("Authorization"), " ")
 	token = strings.TrimSpace(token)
 	if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
-		return one(rules.New(rules.AuthTokenMissing, "send Authorization: Bearer <token>", ""))
+		return refused(rules.New(rules.AuthTokenMissing, "send Authorization: Bearer <token>", ""))
 	}
 	now := s.opts.Clock.Now()
 	claims, cfg, rule := s.verifyToken(r, token, now)
 	if rule != "" {
-		return one(rules.New(rule, tokenMessages[rule], ""))
+		return refused(rules.New(rule, tokenMessages[rule], ""))
 	}
 	if claims.Workspace() != r.ws.id {
-		return one(rules.New(rules.WorkspaceMismatch, "the token was issued for workspace "+claims.Workspace(), ""))
+		return refused(rules.New(rules.WorkspaceMismatch, "the token was issued for workspace "+claims.Workspace(), ""))
 	}
 	r.conn, _ = cfg.Connection(claims.Connection())
-	return nil
+	return outcome{}
 }
 
 // maxCachedTokens bounds the verified-token cache; producers reuse a token
@@ -256,9 +279,9 @@ var tokenMessages = map[string]string{
 
 // gate is stages 4 to 6: the connection and the firewall, decided by the
 // workspace policy in one evaluation, then the limits it returns.
-func (s *Server) gate(r *request) []rules.Violation {
+func (s *Server) gate(r *request) outcome {
 	if s.opts.WithoutPolicy {
-		return nil
+		return outcome{}
 	}
 	depth := 0
 	if r.cfg.Firewall.MaxJSONDepth > 0 {
@@ -277,13 +300,13 @@ func (s *Server) gate(r *request) []rules.Violation {
 	if err != nil {
 		s.log.Error("policy evaluation failed", "workspace", r.ws.id, "stage", "gate", "error", err)
 		r.retry = time.Second
-		return one(rules.New(rules.BusUnavailable, "internal error; retry with the same message_id and body", ""))
+		return refused(rules.New(rules.BusUnavailable, "internal error; retry with the same message_id and body", ""))
 	}
 	if verdict.Refusal != nil {
-		return one(*verdict.Refusal)
+		return refused(*verdict.Refusal)
 	}
 	r.limits = verdict.Limits
-	return s.limit(r)
+	return refused(s.limit(r)...)
 }
 
 // jsonDepth returns the deepest nesting of objects and arrays in a JSON
@@ -310,11 +333,11 @@ func jsonDepth(b []byte) int {
 }
 
 // parse is stage 7: one JSON object.
-func parse(r *request) []rules.Violation {
+func parse(r *request) outcome {
 	if ct := r.c.GetHeader("Content-Type"); ct != "" {
 		mt := r.mediaType()
 		if mt.err != nil || !(mt.mediaType == "application/json" || strings.HasSuffix(mt.mediaType, "+json")) {
-			return one(rules.New(rules.MessageNotJSON, "Content-Type must be application/json, not "+strconv.Quote(ct), ""))
+			return refused(rules.New(rules.MessageNotJSON, "Content-Type must be application/json, not "+strconv.Quote(ct), ""))
 		}
 	}
 	msg, err := som.Parse(r.body)
@@ -323,34 +346,34 @@ func parse(r *request) []rules.Violation {
 		if pe, ok := errors.AsType[*som.ParseError](err); ok {
 			path = pe.Path
 		}
-		return one(rules.New(rules.MessageNotJSON, err.Error(), path))
+		return refused(rules.New(rules.MessageNotJSON, err.Error(), path))
 	}
 	r.msg = msg
-	return nil
+	return outcome{}
 }
 
 // validate is stage 8: SOM 1.0, every violation reported.
-func validate(r *request) []rules.Violation {
+func validate(r *request) outcome {
 	refusals, warnings := som.Validate(r.msg)
 	r.warnings = warnings
-	return refusals
+	return refused(refusals...)
 }
 
 // grants is stage 9: the connection's publish grant, decided by the
 // workspace policy.
-func (s *Server) grants(r *request) []rules.Violation {
+func (s *Server) grants(r *request) outcome {
 	if s.opts.WithoutPolicy {
-		return nil
+		return outcome{}
 	}
 	refusal, err := r.ws.policy.Grants(r.c.Request.Context(), messageInput(r))
 	if err != nil {
 		r.retry = time.Second
-		return one(rules.New(rules.BusUnavailable, "internal error; retry with the same message_id and body", ""))
+		return refused(rules.New(rules.BusUnavailable, "internal error; retry with the same message_id and body", ""))
 	}
 	if refusal != nil {
-		return one(*refusal)
+		return refused(*refusal)
 	}
-	return nil
+	return outcome{}
 }
 
 func messageInput(r *request) policy.MessageInput {

@@ -17,7 +17,6 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/storybus/storybus/bus/config"
-	"github.com/storybus/storybus/bus/rules"
 )
 
 // IAMService is the service that signatures on the iam routes are scoped
@@ -62,10 +61,6 @@ func (d *awsDenial) write(c *gin.Context) {
 	writeJSON(c, http.StatusForbidden, AWSMessage{Message: d.message})
 }
 
-// answeredItself is what a stage returns when it has written the answer
-// itself: it stops the pipeline, which then writes nothing more.
-var answeredItself = []rules.Violation{{Message: "answered by the stage"}}
-
 // publishIAM handles POST /v1/tenants/{t}/iam/messages: the publish
 // pipeline, authenticated by an AWS Signature Version 4.
 func (s *Server) publishIAM(c *gin.Context) { s.publishWith(c, s.iamStages) }
@@ -74,15 +69,15 @@ func (s *Server) publishIAM(c *gin.Context) { s.publishWith(c, s.iamStages) }
 // the Authorization header, by an access key bound to one of the
 // workspace's connections. Stage 4 then refuses the connection while its
 // IAM role is not verified.
-func (s *Server) authenticateIAM(r *request) []rules.Violation {
+func (s *Server) authenticateIAM(r *request) outcome {
 	r.iam = true
 	conn, denial := verifySigV4(r.c.Request.Context(), r.c.Request, r.body, r.cfg, s.opts.Clock.Now())
 	if denial != nil {
 		denial.write(r.c)
-		return answeredItself
+		return outcome{answered: true}
 	}
 	r.conn = conn
-	return nil
+	return outcome{}
 }
 
 // sigV4Auth is the Authorization header of a signed request.
