@@ -143,28 +143,6 @@ func newOperatorCommand() *cobra.Command {
 	return cmd
 }
 
-// namedLevels writes every level as one of DEBUG, INFO, WARN and ERROR:
-// logr's verbosity V(n) reaches slog as level -n, which slog would write
-// as DEBUG+3 and the like.
-func namedLevels(_ []string, a slog.Attr) slog.Attr {
-	if a.Key != slog.LevelKey {
-		return a
-	}
-	l, ok := a.Value.Any().(slog.Level)
-	if !ok {
-		return a
-	}
-	switch {
-	case l < slog.LevelInfo:
-		return slog.String(a.Key, "DEBUG")
-	case l < slog.LevelWarn:
-		return slog.String(a.Key, "INFO")
-	case l < slog.LevelError:
-		return slog.String(a.Key, "WARN")
-	}
-	return slog.String(a.Key, "ERROR")
-}
-
 func restConfig(kubeconfig string) (*rest.Config, error) {
 	if kubeconfig != "" {
 		cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
@@ -189,6 +167,7 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 // RunOperator runs the operator's manager against the cluster of cfg until
 // ctx ends.
 func RunOperator(ctx context.Context, o OperatorOptions, cfg *rest.Config, log logr.Logger) error {
+	log = logr.FromSlogHandler(quietStop{Handler: logr.ToSlogHandler(log), stopping: ctx.Done()})
 	ctrl.SetLogger(log)
 	klog.SetLogger(log)
 	scheme, err := controllers.NewScheme()

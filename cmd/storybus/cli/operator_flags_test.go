@@ -2,9 +2,12 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/go-logr/logr"
@@ -47,5 +50,46 @@ func TestBusResourceFlags(t *testing.T) {
 	var ue usageError
 	if _, err := o.busResources(); !errors.As(err, &ue) || !strings.Contains(err.Error(), "--bus-memory-request") {
 		t.Errorf("error %v, want a usage error naming --bus-memory-request", err)
+	}
+}
+
+// syncBuffer is a bytes.Buffer that goroutines may write at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestQuietStop: an error caused by the stop is INFO once the stop began,
+// and stays an ERROR before it; other errors stay ERRORs.
+func TestQuietStop(t *testing.T) {
+	var b bytes.Buffer
+	stopping := make(chan struct{})
+	log := logr.FromSlogHandler(quietStop{Handler: slog.NewTextHandler(&b, &slog.HandlerOptions{ReplaceAttr: namedLevels}), stopping: stopping})
+	cancelled := fmt.Errorf("patch event: %w", context.Canceled)
+	log.Error(cancelled, "before")
+	close(stopping)
+	log.WithValues("controller", "tenant").Error(cancelled, "after")
+	log.Error(errors.New("forbidden"), "real")
+	want := []string{"level=ERROR msg=before", "level=INFO msg=after", "level=ERROR msg=real"}
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	if len(lines) != len(want) {
+		t.Fatalf("logged\n%s", b.String())
+	}
+	for i, w := range want {
+		if !strings.Contains(lines[i], w) {
+			t.Errorf("line %q lacks %q", lines[i], w)
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -62,7 +63,10 @@ func TestOperatorRuns(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- RunOperator(ctx, o, cfg, logr.Discard()) }()
+	var logs syncBuffer
+	go func() {
+		done <- RunOperator(ctx, o, cfg, logr.FromSlogHandler(slog.NewJSONHandler(&logs, &slog.HandlerOptions{ReplaceAttr: namedLevels})))
+	}()
 	t.Cleanup(cancel)
 
 	scheme, err := controllers.NewScheme()
@@ -137,5 +141,11 @@ func TestOperatorRuns(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("operator did not stop")
+	}
+	// A normal stop is no error: reconciles it cuts short included.
+	for _, line := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(line, `"level":"ERROR"`) {
+			t.Errorf("logged an ERROR: %s", line)
+		}
 	}
 }

@@ -1,0 +1,82 @@
+package cli
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+)
+
+// namedLevels writes every level as one of DEBUG, INFO, WARN and ERROR:
+// logr's verbosity V(n) reaches slog as level -n, which slog would write
+// as DEBUG+3 and the like.
+func namedLevels(_ []string, a slog.Attr) slog.Attr {
+	if a.Key != slog.LevelKey {
+		return a
+	}
+	l, ok := a.Value.Any().(slog.Level)
+	if !ok {
+		return a
+	}
+	switch {
+	case l < slog.LevelInfo:
+		return slog.String(a.Key, "DEBUG")
+	case l < slog.LevelWarn:
+		return slog.String(a.Key, "INFO")
+	case l < slog.LevelError:
+		return slog.String(a.Key, "WARN")
+	}
+	return slog.String(a.Key, "ERROR")
+}
+
+// quietStop is a slog.Handler that, once stopping is closed, writes at INFO
+// the errors a normal stop causes: requests cut short by the cancelled
+// context (Events being written, a reconcile's API call) and
+// controller-runtime's note that leader election ended, which it only
+// makes after the stop began. Before the stop, every ERROR stays one.
+type quietStop struct {
+	slog.Handler
+	stopping <-chan struct{}
+}
+
+// Handle implements slog.Handler.
+func (q quietStop) Handle(ctx context.Context, r slog.Record) error {
+	if r.Level >= slog.LevelError && q.stopped() && causedByStop(r) {
+		r = r.Clone()
+		r.Level = slog.LevelInfo
+	}
+	return q.Handler.Handle(ctx, r)
+}
+
+// WithAttrs implements slog.Handler.
+func (q quietStop) WithAttrs(as []slog.Attr) slog.Handler {
+	return quietStop{Handler: q.Handler.WithAttrs(as), stopping: q.stopping}
+}
+
+// WithGroup implements slog.Handler.
+func (q quietStop) WithGroup(name string) slog.Handler {
+	return quietStop{Handler: q.Handler.WithGroup(name), stopping: q.stopping}
+}
+
+func (q quietStop) stopped() bool {
+	select {
+	case <-q.stopping:
+		return true
+	default:
+		return false
+	}
+}
+
+// causedByStop reports whether r is an error a stop causes.
+func causedByStop(r slog.Record) bool {
+	if r.Message == "error received after stop sequence was engaged" {
+		return true
+	}
+	found := false
+	r.Attrs(func(a slog.Attr) bool {
+		if strings.Contains(a.Value.String(), context.Canceled.Error()) {
+			found = true
+		}
+		return !found
+	})
+	return found
+}
