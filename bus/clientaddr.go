@@ -1,6 +1,8 @@
 package bus
 
 import (
+	"crypto/x509"
+	"net/http"
 	"net/netip"
 
 	"github.com/gin-gonic/gin"
@@ -33,3 +35,12 @@ func trustProxies(r *gin.Engine, proxies []netip.Prefix) {
 // logs) uses this and never the peer address or a header directly, so a
 // forged X-Forwarded-For counts nowhere.
 func clientAddress(c *gin.Context) string { return c.ClientIP() }
+
+// clientCertificate returns the client certificate the TLS handshake
+// verified against the bus's client CAs, or nil.
+func clientCertificate(r *http.Request) *x509.Certificate {
+	if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 {
+		return nil
+	}
+	return r.TLS.VerifiedChains[0][0]
+}

@@ -234,6 +234,9 @@ func (s *Server) authenticate(r *request) outcome {
 	if rule != "" {
 		return refused(rules.New(rule, tokenMessages[rule], ""))
 	}
+	if !claims.BoundTo(clientCertificate(r.c.Request)) {
+		return refused(rules.New(rules.AuthTokenInvalid, "the token is bound to a client certificate (cnf x5t#S256); send it over a connection with that certificate", ""))
+	}
 	if claims.Workspace() != r.ws.id {
 		return refused(rules.New(rules.WorkspaceMismatch, "the token was issued for workspace "+claims.Workspace(), ""))
 	}

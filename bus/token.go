@@ -1,6 +1,7 @@
 package bus
 
 import (
+	"crypto/x509"
 	"fmt"
 	"net/http"
 	"time"
@@ -67,6 +68,10 @@ func (s *Server) token(c *gin.Context) {
 	}
 	cfg := ws.cfg.Load()
 	id, secret, ok := c.Request.BasicAuth()
+	if cert := clientCertificate(c.Request); !ok && cert != nil {
+		s.tokenForCertificate(c, ws, cfg, cert)
+		return
+	}
 	if !ok {
 		c.Header("WWW-Authenticate", `Basic realm="storybus"`)
 		refuse(c, 0, rules.New(rules.AuthCredentialsInvalid, "send the client id and secret with HTTP Basic authentication", ""))
@@ -98,8 +103,30 @@ func (s *Server) token(c *gin.Context) {
 		refuse(c, 0, rules.New(rules.AuthCredentialsInvalid, "unknown client id or wrong secret", ""))
 		return
 	}
-	// The connection check of the publish route's stage 4, from the same
-	// policy.
+	s.issue(c, ws, cfg, conn, nil)
+}
+
+// tokenForCertificate authenticates a token request by its verified client
+// certificate (RFC 8705 tls_client_auth) and issues a token bound to it.
+// A client_id sent with it must be the matched connection's.
+func (s *Server) tokenForCertificate(c *gin.Context, ws *workspace, cfg *config.Workspace, cert *x509.Certificate) {
+	conn, ok := cfg.ConnectionByCertificate(cert)
+	if !ok {
+		refuse(c, 0, rules.New(rules.AuthCredentialsInvalid, "the client certificate is not one of a connection's (tlsClientAuth); or send the client id and secret with HTTP Basic authentication", ""))
+		return
+	}
+	c.Request.Body = http.MaxBytesReader(c.Writer, c.Request.Body, 4096)
+	if id := c.PostForm("client_id"); id != "" && id != conn.ClientID {
+		refuse(c, 0, rules.New(rules.AuthCredentialsInvalid, "client_id is not the client id of the certificate's connection", ""))
+		return
+	}
+	s.issue(c, ws, cfg, conn, cert)
+}
+
+// issue answers a token request whose client authenticated as conn: the
+// connection check of the publish route's stage 4, then a token, bound to
+// cert when the client authenticated with one.
+func (s *Server) issue(c *gin.Context, ws *workspace, cfg *config.Workspace, conn *config.Connection, cert *x509.Certificate) {
 	refusal, err := ws.policy.Access(c.Request.Context(), conn.Name)
 	if err != nil {
 		s.log.Error("policy evaluation failed", "workspace", ws.id, "stage", "token", "error", err)
@@ -110,7 +137,13 @@ func (s *Server) token(c *gin.Context) {
 		refuse(c, 0, *refusal)
 		return
 	}
-	token, ttl, err := auth.Issue(cfg, conn, s.opts.Clock.Now())
+	var token string
+	var ttl time.Duration
+	if cert != nil {
+		token, ttl, err = auth.IssueBound(cfg, conn, s.opts.Clock.Now(), cert)
+	} else {
+		token, ttl, err = auth.Issue(cfg, conn, s.opts.Clock.Now())
+	}
 	if err != nil {
 		s.log.Error("issuing token failed", "workspace", ws.id, "error", err)
 		busUnavailable(c)

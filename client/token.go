@@ -28,7 +28,9 @@ type TokenResponse struct {
 // ClientCredentials is a TokenSource that gets tokens from the workspace's
 // token endpoint, POST /v1/tenants/{t}/tokens, with the connection's client
 // id and secret as HTTP Basic credentials, and keeps each until shortly
-// before it expires.
+// before it expires. Without a secret, the HTTP client's TLS client
+// certificate authenticates the connection (mutual TLS, see
+// NewHTTPClient), and the tokens are bound to that certificate.
 type ClientCredentials struct {
 	// URL is the bus's base URL ("https://bus.example.org").
 	URL string
@@ -96,7 +98,11 @@ func (c *ClientCredentials) fetch(ctx context.Context) (*TokenResponse, error) {
 	if err != nil {
 		return nil, err
 	}
-	a, err := ep.do(ctx, request{method: http.MethodPost, path: "/tokens", basic: &[2]string{c.ClientID, c.ClientSecret}})
+	req := request{method: http.MethodPost, path: "/tokens"}
+	if c.ClientSecret != "" {
+		req.basic = &[2]string{c.ClientID, c.ClientSecret}
+	}
+	a, err := ep.do(ctx, req)
 	if err != nil {
 		return nil, noAnswer(err)
 	}

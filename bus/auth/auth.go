@@ -4,6 +4,10 @@
 package auth
 
 import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"crypto/x509"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"time"
@@ -25,6 +29,32 @@ type Claims struct {
 	// one is revoked. Exact, where comparing the second-granular iat with
 	// the rotation time would not be.
 	Rotation string `json:"rot,omitempty"`
+	// Confirmation binds the token to the client certificate it was
+	// issued over (RFC 8705): it is accepted only over that certificate.
+	Confirmation *Confirmation `json:"cnf,omitempty"`
+}
+
+// Confirmation is a token's cnf claim.
+type Confirmation struct {
+	// X5tS256 is the base64url SHA-256 thumbprint of the client
+	// certificate's DER.
+	X5tS256 string `json:"x5t#S256"`
+}
+
+// Thumbprint returns a certificate's x5t#S256 thumbprint.
+func Thumbprint(cert *x509.Certificate) string {
+	sum := sha256.Sum256(cert.Raw)
+	return base64.RawURLEncoding.EncodeToString(sum[:])
+}
+
+// BoundTo reports whether the token may be used over a connection that
+// presented peer (nil: no certificate): always for an unbound token, only
+// over the same certificate for a bound one.
+func (c *Claims) BoundTo(peer *x509.Certificate) bool {
+	if c.Confirmation == nil {
+		return true
+	}
+	return peer != nil && subtle.ConstantTimeCompare([]byte(Thumbprint(peer)), []byte(c.Confirmation.X5tS256)) == 1
 }
 
 // Connection returns the connection name the token was issued to.
@@ -47,6 +77,16 @@ func rotationOf(conn *config.Connection) string {
 
 // Issue returns a signed access token for the connection and its lifetime.
 func Issue(ws *config.Workspace, conn *config.Connection, now time.Time) (string, time.Duration, error) {
+	return issue(ws, conn, now, nil)
+}
+
+// IssueBound returns a signed access token bound to the client
+// certificate the connection authenticated with (RFC 8705 §3).
+func IssueBound(ws *config.Workspace, conn *config.Connection, now time.Time, cert *x509.Certificate) (string, time.Duration, error) {
+	return issue(ws, conn, now, &Confirmation{X5tS256: Thumbprint(cert)})
+}
+
+func issue(ws *config.Workspace, conn *config.Connection, now time.Time, cnf *Confirmation) (string, time.Duration, error) {
 	ttl := ws.TokenTTL.Duration
 	claims := Claims{
 		RegisteredClaims: jwt.RegisteredClaims{
@@ -57,7 +97,8 @@ func Issue(ws *config.Workspace, conn *config.Connection, now time.Time) (string
 			NotBefore: jwt.NewNumericDate(now.Add(-time.Minute)),
 			ExpiresAt: jwt.NewNumericDate(now.Add(ttl)),
 		},
-		Rotation: rotationOf(conn),
+		Rotation:     rotationOf(conn),
+		Confirmation: cnf,
 	}
 	s, err := jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString([]byte(ws.SigningKey))
 	if err != nil {

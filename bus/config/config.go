@@ -7,6 +7,7 @@ package config
 import (
 	"crypto/sha256"
 	"crypto/subtle"
+	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -195,6 +196,36 @@ type Connection struct {
 	Grant Grant `json:"grant,omitempty"`
 	// IAM binds AWS access keys to the connection for the iam routes.
 	IAM *IAM `json:"iam,omitempty"`
+	// TLSClientAuth lets the connection get tokens with a client
+	// certificate instead of its secret.
+	TLSClientAuth *TLSClientAuth `json:"tlsClientAuth,omitempty"`
+}
+
+// TLSClientAuth is OAuth 2.0 mutual-TLS client authentication (RFC 8705
+// tls_client_auth): a client certificate that the bus verified against its
+// client CAs authenticates the connection at the token endpoint when it
+// carries this subject DN or this URI subject alternative name (a SPIFFE
+// id). Exactly one of the two is set.
+type TLSClientAuth struct {
+	// SubjectDN is the certificate's whole subject in RFC 4514 form, as Go
+	// writes it: "CN=cms,O=Newsroom".
+	SubjectDN string `json:"subjectDN,omitempty"`
+	// SANURI is one of the certificate's URI SANs:
+	// "spiffe://cluster.local/ns/cms/sa/publisher".
+	SANURI string `json:"sanURI,omitempty"`
+}
+
+// Matches reports whether cert carries the subject DN or URI SAN.
+func (a *TLSClientAuth) Matches(cert *x509.Certificate) bool {
+	if a.SubjectDN != "" {
+		return cert.Subject.String() == a.SubjectDN
+	}
+	for _, u := range cert.URIs {
+		if u.String() == a.SANURI {
+			return true
+		}
+	}
+	return false
 }
 
 // Grant lists what a connection may publish and consume. An empty list
@@ -278,6 +309,17 @@ func (w *Workspace) Connection(name string) (*Connection, bool) {
 func (w *Workspace) ConnectionByClientID(id string) (*Connection, bool) {
 	for i := range w.Connections {
 		if w.Connections[i].ClientID == id {
+			return &w.Connections[i], true
+		}
+	}
+	return nil, false
+}
+
+// ConnectionByCertificate returns the connection whose TLSClientAuth the
+// verified client certificate matches.
+func (w *Workspace) ConnectionByCertificate(cert *x509.Certificate) (*Connection, bool) {
+	for i := range w.Connections {
+		if a := w.Connections[i].TLSClientAuth; a != nil && a.Matches(cert) {
 			return &w.Connections[i], true
 		}
 	}
@@ -497,7 +539,7 @@ func (w *Workspace) Validate() error {
 			}
 		}
 	}
-	names, clients, accessKeys := map[string]bool{}, map[string]bool{}, map[string]bool{}
+	names, clients, accessKeys, certs := map[string]bool{}, map[string]bool{}, map[string]bool{}, map[TLSClientAuth]bool{}
 	for i, c := range w.Connections {
 		if c.Name == "" {
 			add("connections[%d].name is required", i)
@@ -514,6 +556,15 @@ func (w *Workspace) Validate() error {
 				add("connections[%d].iam.accessKeyID %q is bound to two connections", i, c.IAM.AccessKeyID)
 			}
 			accessKeys[c.IAM.AccessKeyID] = true
+		}
+		if a := c.TLSClientAuth; a != nil {
+			if (a.SubjectDN == "") == (a.SANURI == "") {
+				add("connections[%d].tlsClientAuth needs exactly one of subjectDN and sanURI", i)
+			}
+			if certs[*a] {
+				add("connections[%d].tlsClientAuth matches the same certificates as another connection", i)
+			}
+			certs[*a] = true
 		}
 		if c.SecretHash != "" && !secretHashPattern.MatchString(c.SecretHash) {
 			add("connections[%d].secretHash must be sha256: and 64 lower-case hex digits", i)

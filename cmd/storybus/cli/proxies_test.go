@@ -49,7 +49,7 @@ func reverseProxy(t *testing.T, b *tlsBus, addr string) string {
 // address when the request came through a trusted proxy, the proxy's when
 // it came through another, and a forged X-Forwarded-For never counts.
 func TestServeTrustedProxies(t *testing.T) {
-	b := serveTLS(t, func(o *ServeOptions, w *config.Workspace) {
+	b := serveTLS(t, func(_ *tlsBus, o *ServeOptions, w *config.Workspace) {
 		o.TrustedProxies = []string{trustedProxyAddr + "/32"}
 		w.Firewall.AllowedCIDRs = []string{producerAddr + "/32"}
 	})

@@ -34,12 +34,14 @@ type tlsBus struct {
 	roots    *x509.CertPool
 	volume   string
 	certFile string
+	// caFile holds the CA's certificate.
+	caFile string
 }
 
 // serveTLS runs Serve with a key pair for 127.0.0.1 signed by a fresh CA,
 // serving cliWorkspace; with, when set, changes the options and the
 // workspace first.
-func serveTLS(t *testing.T, with func(*ServeOptions, *config.Workspace)) *tlsBus {
+func serveTLS(t *testing.T, with func(*tlsBus, *ServeOptions, *config.Workspace)) *tlsBus {
 	t.Helper()
 	ca, err := certgen.NewCA("storybus test CA")
 	if err != nil {
@@ -48,6 +50,10 @@ func serveTLS(t *testing.T, with func(*ServeOptions, *config.Workspace)) *tlsBus
 	b := &tlsBus{ca: ca, roots: x509.NewCertPool(), volume: filepath.Join(t.TempDir(), "tls")}
 	b.roots.AppendCertsFromPEM(ca.CertPEM)
 	b.certFile = filepath.Join(b.volume, "tls.crt")
+	b.caFile = filepath.Join(t.TempDir(), "ca.crt")
+	if err := os.WriteFile(b.caFile, ca.CertPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	b.rotate(t, b.serverPair(t))
 	o := ServeOptions{
 		Listen: "127.0.0.1:0", OpsListen: "127.0.0.1:0", DataDir: t.TempDir(), Sync: SyncAlways,
@@ -55,7 +61,7 @@ func serveTLS(t *testing.T, with func(*ServeOptions, *config.Workspace)) *tlsBus
 	}
 	w := cliWorkspace()
 	if with != nil {
-		with(&o, w)
+		with(b, &o, w)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan [2]string, 1)
@@ -312,10 +318,7 @@ func (b *tlsBus) opsContains(path, want string) error {
 // work; without it, the bus's private CA is not trusted and nothing is sent.
 func TestCommandsTrustTheCAFile(t *testing.T) {
 	b := serveTLS(t, nil)
-	caFile := filepath.Join(t.TempDir(), "ca.crt")
-	if err := os.WriteFile(caFile, b.ca.CertPEM, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	caFile := b.caFile
 	conn := []string{"--url", "https://" + b.api, "--workspace", "newsroom", "--client-id", "cms", "--client-secret", cliCMSSecret}
 
 	code, _, errOut := run(t, "", append([]string{"token"}, conn...)...)

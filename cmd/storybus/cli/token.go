@@ -57,7 +57,7 @@ func (o *ConnectionOptions) validate() error {
 	}
 	var missing []string
 	for _, f := range []struct{ name, value string }{
-		{"--url", o.URL}, {"--workspace", o.Workspace}, {"--client-id", o.ClientID}, {"--client-secret or " + EnvClientSecret, o.ClientSecret},
+		{"--url", o.URL}, {"--workspace", o.Workspace}, {"--client-id", o.ClientID}, {"--client-secret or " + EnvClientSecret + " (or --cert-file)", o.ClientSecret + o.TLS.CertFile},
 	} {
 		if f.value == "" {
 			missing = append(missing, f.name)
