@@ -2,7 +2,6 @@ package limits
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"net/netip"
 	"time"
@@ -111,13 +110,7 @@ func (l *Limiter) failAttempt(ctx context.Context, k AttemptKey) error {
 		if a.Failures >= k.Rule.MaxFailures {
 			a.Until = now + int64(k.Rule.Window)
 		}
-		b, _ := json.Marshal(a)
-		if rev == 0 {
-			_, err = l.kv.Create(ctx, k.Key, b)
-		} else {
-			_, err = l.kv.Update(ctx, k.Key, b, rev)
-		}
-		if err == nil || !isConflict(err) {
+		if _, err = l.put(ctx, k.Key, a, rev); err == nil || !isConflict(err) {
 			return err
 		}
 	}
@@ -127,16 +120,5 @@ func (l *Limiter) failAttempt(ctx context.Context, k AttemptKey) error {
 // loadAttempts reads an attempts key; a missing or unreadable one is
 // none, at revision 0 when missing.
 func (l *Limiter) loadAttempts(ctx context.Context, key string) (attempts, uint64, error) {
-	e, err := l.kv.Get(ctx, key)
-	switch {
-	case isMissing(err):
-		return attempts{}, 0, nil
-	case err != nil:
-		return attempts{}, 0, err
-	}
-	var a attempts
-	if json.Unmarshal(e.Value(), &a) != nil {
-		return attempts{}, e.Revision(), nil
-	}
-	return a, e.Revision(), nil
+	return get[attempts](ctx, l.kv, key)
 }

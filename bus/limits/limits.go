@@ -506,31 +506,44 @@ func (l *Limiter) requeue(c *counter, settles []*op, ambiguous bool, err error) 
 // load reads a key's state and revision; a missing key is the zero state
 // at revision 0.
 func (l *Limiter) load(ctx context.Context, key string) (state, uint64, error) {
-	e, err := l.kv.Get(ctx, key)
-	switch {
-	case isMissing(err):
-		return state{}, 0, nil
-	case err != nil:
-		return state{}, 0, err
-	}
-	var st state
-	if err := json.Unmarshal(e.Value(), &st); err != nil {
-		// An unreadable value is replaced, never trusted.
-		return state{}, e.Revision(), nil
-	}
-	return st, e.Revision(), nil
+	return get[state](ctx, l.kv, key)
 }
 
 // write stores the state if the key is still at the revision last seen.
 func (l *Limiter) write(ctx context.Context, c *counter, st state) (uint64, error) {
-	b, err := json.Marshal(st)
+	return l.put(ctx, c.key, st, c.rev)
+}
+
+// get reads a key's JSON value and revision: the zero value at revision 0
+// when the key holds nothing. An unreadable value is the zero value, to be
+// replaced, never trusted.
+func get[T any](ctx context.Context, kv jetstream.KeyValue, key string) (T, uint64, error) {
+	var v T
+	e, err := kv.Get(ctx, key)
+	switch {
+	case isMissing(err):
+		return v, 0, nil
+	case err != nil:
+		return v, 0, err
+	}
+	if json.Unmarshal(e.Value(), &v) != nil {
+		var zero T
+		return zero, e.Revision(), nil
+	}
+	return v, e.Revision(), nil
+}
+
+// put writes v as a key's JSON value if the key is still at revision rev
+// (0: holds nothing), a compare-and-swap.
+func (l *Limiter) put(ctx context.Context, key string, v any, rev uint64) (uint64, error) {
+	b, err := json.Marshal(v)
 	if err != nil {
 		return 0, err
 	}
-	if c.rev == 0 {
-		return l.kv.Create(ctx, c.key, b)
+	if rev == 0 {
+		return l.kv.Create(ctx, key, b)
 	}
-	return l.kv.Update(ctx, c.key, b, c.rev)
+	return l.kv.Update(ctx, key, b, rev)
 }
 
 // isMissing reports a key that holds nothing: never written, or deleted.
