@@ -29,6 +29,8 @@ import (
 // its client secret on request.
 type ConnectionReconciler struct {
 	client.Client
+	// Secrets reads and watches Secrets.
+	Secrets *Secrets
 	// Recorder records Events on the Connection.
 	Recorder events.EventRecorder
 	Options
@@ -98,7 +100,7 @@ func (r *ConnectionReconciler) resolveRefs(ctx context.Context, s *connectionSco
 	if obs.reason == "" && c.Spec.IAM != nil {
 		name := c.Spec.IAM.AccessKeySecretRef.Name
 		sec := &corev1.Secret{}
-		err := r.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: name}, sec)
+		err := r.Secrets.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: name}, sec)
 		// The id as the Tenant's compilation will read it.
 		id, _ := workspace.IAMKeys(c, map[string]*corev1.Secret{name: sec})
 		switch {
@@ -149,7 +151,7 @@ func (r *ConnectionReconciler) reconcileCredentials(ctx context.Context, s *conn
 	name := c.CredentialsSecretName()
 	now := r.Now()
 	sec := &corev1.Secret{}
-	err := r.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: name}, sec)
+	err := r.Secrets.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: name}, sec)
 	switch {
 	case apierrors.IsNotFound(err):
 		sec = &corev1.Secret{
@@ -215,6 +217,9 @@ func (r *ConnectionReconciler) updateCredentials(ctx context.Context, c *v1alpha
 	if len(strings.TrimSpace(string(sec.Data[v1alpha1.CredentialsClientIDKey]))) == 0 {
 		sec.Data[v1alpha1.CredentialsClientIDKey] = []byte(c.Name)
 	}
+	if controlledBy(sec, c) {
+		ensureManagedLabel(sec) // the cache holds the Secrets the operator made
+	}
 	handled, seen := sec.Annotations[v1alpha1.AnnotationRotationHandled]
 	want := rotationRequest(c, handled)
 	switch {
@@ -228,7 +233,7 @@ func (r *ConnectionReconciler) updateCredentials(ctx context.Context, c *v1alpha
 	// A Secret seen for the first time records the request in force
 	// without rotating: only a later change is a request.
 	sec.Annotations[v1alpha1.AnnotationRotationHandled] = want
-	if equality.Semantic.DeepEqual(orig.Data, sec.Data) && equality.Semantic.DeepEqual(orig.Annotations, sec.Annotations) {
+	if equality.Semantic.DeepEqual(orig.Data, sec.Data) && equality.Semantic.DeepEqual(orig.Annotations, sec.Annotations) && equality.Semantic.DeepEqual(orig.Labels, sec.Labels) {
 		return nil
 	}
 	if err := r.Update(ctx, sec); err != nil {
@@ -242,20 +247,19 @@ func (r *ConnectionReconciler) updateCredentials(ctx context.Context, c *v1alpha
 
 // SetupWithManager registers the reconciler and its watches.
 func (r *ConnectionReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	return ctrl.NewControllerManagedBy(mgr).
+	return r.Secrets.Watch(ctrl.NewControllerManagedBy(mgr), func(ctx context.Context, o client.Object) []reconcile.Request {
+		var l v1alpha1.ConnectionList
+		if err := r.List(ctx, &l, client.InNamespace(o.GetNamespace()), client.MatchingFields{indexSecretNames: o.GetName()}); err != nil {
+			return nil
+		}
+		var names []string
+		for _, c := range l.Items {
+			names = append(names, c.Name)
+		}
+		return requestsFor(o.GetNamespace(), names...)
+	}).
 		For(&v1alpha1.Connection{}).
 		Owns(&corev1.Secret{}).
-		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
-			var l v1alpha1.ConnectionList
-			if err := r.List(ctx, &l, client.InNamespace(o.GetNamespace()), client.MatchingFields{indexSecretNames: o.GetName()}); err != nil {
-				return nil
-			}
-			var names []string
-			for _, c := range l.Items {
-				names = append(names, c.Name)
-			}
-			return requestsFor(o.GetNamespace(), names...)
-		})).
 		Watches(&v1alpha1.Tenant{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 			conns, err := connectionsOfTenant(ctx, r.Client, o.GetNamespace(), o.GetName())
 			if err != nil {

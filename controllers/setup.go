@@ -24,6 +24,10 @@ const FieldManager = "storybus-operator"
 // the Tenant says otherwise.
 const DefaultBusImage = "ghcr.io/storybus/storybus:latest"
 
+// DefaultMonitoringNamespace is the namespace whose pods may reach the bus
+// pods' operations port unless the operator is told another.
+const DefaultMonitoringNamespace = "monitoring"
+
 // Options configure the reconcilers.
 type Options struct {
 	// BusImage is the image of bus pods whose Tenant sets none.
@@ -40,6 +44,11 @@ type Options struct {
 	// Now returns the current time; nil means time.Now. Tests inject a
 	// clock.
 	Now func() time.Time
+	// NetworkPolicy are the defaults of the Tenants' NetworkPolicies.
+	NetworkPolicy NetworkPolicyOptions
+	// WatchNamespaces are the namespaces the manager's cache holds (as
+	// CacheOptions was given them); empty means every namespace.
+	WatchNamespaces []string
 }
 
 func (o Options) withDefaults() Options {
@@ -51,6 +60,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if o.NetworkPolicy.MonitoringNamespace == "" {
+		o.NetworkPolicy.MonitoringNamespace = DefaultMonitoringNamespace
 	}
 	return o
 }
@@ -69,15 +81,35 @@ func NewScheme() (*runtime.Scheme, error) {
 }
 
 // CacheOptions restrict what the manager caches: of all pods and volume
-// claims, only the bus's. Pass them as manager.Options.Cache.
-func CacheOptions() cache.Options {
-	return cache.Options{ByObject: map[client.Object]cache.ByObject{
-		&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{LabelManagedBy: FieldManager})},
-		// The volume claims a StatefulSet makes carry the labels of its
-		// claim template: the selector labels, without managed-by.
-		&corev1.PersistentVolumeClaim{}: {Label: labels.SelectorFromSet(labels.Set{
-			"app.kubernetes.io/name": "storybus", "app.kubernetes.io/component": "bus"})},
-	}}
+// claims, only the bus's; of all Secrets, only those the operator made (the
+// others are read directly, see Secrets); and, when namespaces are given,
+// only objects in those. Pass them as manager.Options.Cache, and the same
+// namespaces as Options.WatchNamespaces.
+func CacheOptions(namespaces ...string) cache.Options {
+	return cache.Options{
+		DefaultNamespaces: namespaceConfigs(namespaces),
+		ByObject: map[client.Object]cache.ByObject{
+			&corev1.Pod{}:    {Label: managedSelector()},
+			&corev1.Secret{}: {Label: managedSelector()},
+			// The volume claims a StatefulSet makes carry the labels of its
+			// claim template: the selector labels, without managed-by.
+			&corev1.PersistentVolumeClaim{}: {Label: labels.SelectorFromSet(labels.Set{
+				"app.kubernetes.io/name": "storybus", "app.kubernetes.io/component": "bus"})},
+		},
+	}
+}
+
+// namespaceConfigs are cache.Options.DefaultNamespaces for namespaces: nil,
+// every namespace, when there are none.
+func namespaceConfigs(namespaces []string) map[string]cache.Config {
+	if len(namespaces) == 0 {
+		return nil
+	}
+	m := make(map[string]cache.Config, len(namespaces))
+	for _, ns := range namespaces {
+		m[ns] = cache.Config{}
+	}
+	return m
 }
 
 // Setup registers the field indexes and the four reconcilers with mgr.
@@ -90,10 +122,14 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		return fmt.Errorf("metrics: %w", err)
 	}
 	rec := mgr.GetEventRecorder(FieldManager)
-	if err := (&TenantReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: rec, Options: o}).SetupWithManager(mgr); err != nil {
+	secrets, err := newSecrets(mgr, o.WatchNamespaces)
+	if err != nil {
+		return err
+	}
+	if err := (&TenantReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Secrets: secrets, Recorder: rec, Options: o}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("tenant controller: %w", err)
 	}
-	if err := (&ConnectionReconciler{Client: mgr.GetClient(), Recorder: rec, Options: o}).SetupWithManager(mgr); err != nil {
+	if err := (&ConnectionReconciler{Client: mgr.GetClient(), Secrets: secrets, Recorder: rec, Options: o}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("connection controller: %w", err)
 	}
 	if err := (&GrantReconciler{Client: mgr.GetClient(), Recorder: rec}).SetupWithManager(mgr); err != nil {

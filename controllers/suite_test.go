@@ -55,6 +55,9 @@ var (
 	// restConfig reaches the API server for what the client cannot ask
 	// (discovery, kubectl's table output).
 	restConfig *rest.Config
+	// managerCache is the operator's manager's cache: what the operator
+	// holds in memory.
+	managerCache client.Reader
 )
 
 func TestMain(m *testing.M) {
@@ -112,6 +115,7 @@ func runSuite(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "FAIL: manager:", err)
 		return 1
 	}
+	managerCache = mgr.GetCache()
 	if err := Setup(mgr, Options{BusImage: testBusImage, BusResources: testBusResources}); err != nil {
 		fmt.Fprintln(os.Stderr, "FAIL: setup:", err)
 		return 1

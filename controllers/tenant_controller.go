@@ -14,6 +14,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -40,6 +41,8 @@ type TenantReconciler struct {
 	client.Client
 	// APIReader reads uncached (the volumes of a deleted Tenant).
 	APIReader client.Reader
+	// Secrets reads and watches Secrets.
+	Secrets *Secrets
 	// Recorder records Events on the Tenant.
 	Recorder events.EventRecorder
 	Options
@@ -76,13 +79,11 @@ type tenantScope struct {
 // +kubebuilder:rbac:groups=bus.storybus.io,resources=tenants/finalizers,verbs=update
 // +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=services;configmaps,verbs=get;list;watch;create;update;patch
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;patch
-// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;delete
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch;update
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch;update
-// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
 
 // Reconcile brings one Tenant's bus to its spec.
 func (r *TenantReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, err error) {
@@ -121,8 +122,8 @@ func (r *TenantReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ c
 		r.reconcileServices,
 		r.reconcileStatefulSet,
 		r.reconcilePDB,
-		r.annotatePods,
 		r.expandVolumes,
+		r.reconcileNetworkPolicy,
 	}
 	for _, phase := range phases {
 		if err := phase(ctx, s); err != nil {
@@ -162,7 +163,7 @@ func (r *TenantReconciler) reconcileSigningKey(ctx context.Context, s *tenantSco
 	t := s.tenant
 	name := signingKeyName(t)
 	sec := &corev1.Secret{}
-	err := r.Get(ctx, types.NamespacedName{Namespace: t.Namespace, Name: name}, sec)
+	err := r.Secrets.Get(ctx, types.NamespacedName{Namespace: t.Namespace, Name: name}, sec)
 	switch {
 	case apierrors.IsNotFound(err):
 		sec = &corev1.Secret{
@@ -181,6 +182,10 @@ func (r *TenantReconciler) reconcileSigningKey(ctx context.Context, s *tenantSco
 		return fmt.Errorf("get signing key secret: %w", err)
 	case !controlledBy(sec, t):
 		return s.nameConflict("Secret", name)
+	case ensureManagedLabel(sec):
+		if err := r.Update(ctx, sec); err != nil {
+			return fmt.Errorf("label signing key secret: %w", err)
+		}
 	case len(strings.TrimSpace(string(sec.Data[SigningKeyKey]))) < 32:
 		if sec.Data == nil {
 			sec.Data = map[string][]byte{}
@@ -243,7 +248,7 @@ func (r *TenantReconciler) compile(ctx context.Context, s *tenantScope) error {
 		in.Grants = append(in.Grants, gs...)
 		for _, name := range connectionSecretNames(c) {
 			sec := &corev1.Secret{}
-			err := r.Get(ctx, types.NamespacedName{Namespace: t.Namespace, Name: name}, sec)
+			err := r.Secrets.Get(ctx, types.NamespacedName{Namespace: t.Namespace, Name: name}, sec)
 			switch {
 			case apierrors.IsNotFound(err):
 			case err != nil:
@@ -349,34 +354,6 @@ func (r *TenantReconciler) reconcilePDB(ctx context.Context, s *tenantScope) err
 	return r.apply(ctx, desiredPDB(t), "poddisruptionbudget")
 }
 
-// annotatePods marks every bus pod with the hash of the configuration
-// handed to it. The pods are not restarted: the bus reloads the file.
-func (r *TenantReconciler) annotatePods(ctx context.Context, s *tenantScope) error {
-	if s.configHash == "" {
-		return nil
-	}
-	t := s.tenant
-	var pods corev1.PodList
-	if err := r.List(ctx, &pods, client.InNamespace(t.Namespace), client.MatchingLabels{LabelTenant: t.Name, LabelManagedBy: FieldManager}); err != nil {
-		return fmt.Errorf("list bus pods: %w", err)
-	}
-	for i := range pods.Items {
-		p := &pods.Items[i]
-		if p.Annotations[v1alpha1.AnnotationConfigHash] == s.configHash || !p.DeletionTimestamp.IsZero() {
-			continue
-		}
-		orig := p.DeepCopy()
-		if p.Annotations == nil {
-			p.Annotations = map[string]string{}
-		}
-		p.Annotations[v1alpha1.AnnotationConfigHash] = s.configHash
-		if err := r.Patch(ctx, p, client.MergeFrom(orig)); err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("annotate pod %s: %w", p.Name, err)
-		}
-	}
-	return nil
-}
-
 // finalize applies the deletion policy, then lets the Tenant go. Its
 // workloads go with it through their owner references.
 func (r *TenantReconciler) finalize(ctx context.Context, t *v1alpha1.Tenant) (ctrl.Result, error) {
@@ -428,13 +405,14 @@ func randomHex(n int) string {
 
 // SetupWithManager registers the reconciler and its watches.
 func (r *TenantReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	return ctrl.NewControllerManagedBy(mgr).
+	return r.Secrets.Watch(ctrl.NewControllerManagedBy(mgr), r.secretToTenants).
 		For(&v1alpha1.Tenant{}).
 		Owns(&appsv1.StatefulSet{}).
 		Owns(&corev1.Service{}).
 		Owns(&corev1.ConfigMap{}).
 		Owns(&corev1.Secret{}).
 		Owns(&policyv1.PodDisruptionBudget{}).
+		Owns(&networkingv1.NetworkPolicy{}).
 		Watches(&v1alpha1.Connection{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 			return requestsFor(o.GetNamespace(), o.(*v1alpha1.Connection).Spec.TenantRef.Name)
 		}), builder.WithPredicates(connectionChangesTenant)).
@@ -443,7 +421,6 @@ func (r *TenantReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		})).
 		Watches(&v1alpha1.Grant{}, handler.EnqueueRequestsFromMapFunc(r.grantToTenant)).
 		Watches(&v1alpha1.Tenant{}, handler.EnqueueRequestsFromMapFunc(r.sameWorkspaceTenants)).
-		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.secretToTenants)).
 		Watches(&corev1.PersistentVolumeClaim{}, handler.EnqueueRequestsFromMapFunc(claimToTenant)).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 			return requestsFor(o.GetNamespace(), o.GetLabels()[LabelTenant])

@@ -59,7 +59,7 @@ func (r *TenantReconciler) deleteExternalData(ctx context.Context, t *v1alpha1.T
 	var creds []byte
 	if ref := ext.CredentialsSecretRef; ref != nil {
 		sec := &corev1.Secret{}
-		if err := r.Get(ctx, types.NamespacedName{Namespace: t.Namespace, Name: ref.Name}, sec); err != nil {
+		if err := r.Secrets.Get(ctx, types.NamespacedName{Namespace: t.Namespace, Name: ref.Name}, sec); err != nil {
 			return 0, r.dataDeletionFailed(t, fmt.Errorf("read the NATS credentials Secret %s: %w", ref.Name, err))
 		}
 		if creds = sec.Data[natsCredsKey(ref)]; len(creds) == 0 {

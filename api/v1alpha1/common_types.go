@@ -131,9 +131,8 @@ const (
 	// AnnotationRotate on a Connection requests a credentials rotation each
 	// time its value changes (for example a timestamp).
 	AnnotationRotate = "bus.storybus.io/rotate"
-	// AnnotationConfigHash on a bus pod (and on the Tenant's ConfigMap)
-	// holds the hash of the workspace configuration the operator last
-	// handed to it.
+	// AnnotationConfigHash on the Tenant's ConfigMap holds the hash of the
+	// workspace configuration in it (the Tenant's status.configHash).
 	AnnotationConfigHash = "bus.storybus.io/config-hash"
 	// AnnotationRotationHandled on a credentials Secret records the last
 	// rotation request acted on, "<spec.credentials.rotate>/<rotate

@@ -87,6 +87,11 @@ type TenantSpec struct {
 	// +optional
 	Firewall *Firewall `json:"firewall,omitempty"`
 
+	// NetworkPolicy restricts who reaches the bus pods and what they reach.
+	// Default: the operator's --network-policy.
+	// +optional
+	NetworkPolicy *TenantNetworkPolicy `json:"networkPolicy,omitempty"`
+
 	// Policies are the workspace's own Rego modules, decided at stage 12
 	// after the bus's own ownership rule.
 	// +kubebuilder:validation:MaxItems=64

@@ -1,21 +1,25 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 
 	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/storybus/storybus/controllers"
@@ -23,14 +27,22 @@ import (
 
 // OperatorOptions are the flags of `storybus operator`.
 type OperatorOptions struct {
-	Kubeconfig              string
-	MetricsBindAddress      string
+	Kubeconfig         string
+	MetricsBindAddress string
+	// MetricsSecure serves /metrics over HTTPS to authenticated and
+	// authorised clients only.
+	MetricsSecure bool
+	// MetricsCertDir holds tls.crt and tls.key for the metrics endpoint;
+	// empty means a self-signed certificate made at start.
+	MetricsCertDir          string
 	HealthProbeBindAddress  string
 	LeaderElect             bool
 	LeaderElectionID        string
 	LeaderElectionNamespace string
-	WatchNamespace          string
-	BusImage                string
+	// WatchNamespaces are the namespaces reconciled (and cached); empty
+	// means every namespace.
+	WatchNamespaces []string
+	BusImage        string
 	// BusPlatformUID leaves the bus pods' user and group to the platform.
 	BusPlatformUID bool
 	// BusCPURequest and BusMemoryRequest are the requests of bus
@@ -41,25 +53,44 @@ type OperatorOptions struct {
 	// MaxConcurrentReconciles is how many objects of one kind are
 	// reconciled at once; 0 means controller-runtime's default of one.
 	MaxConcurrentReconciles int
-	LogFormat               string
-	LogLevel                string
+	// NetworkPolicy renders a NetworkPolicy for every Tenant that does not
+	// say (spec.networkPolicy.enabled).
+	NetworkPolicy bool
+	// NetworkPolicyPublishNamespaces is a label selector of the namespaces
+	// allowed to reach Tenants' publish port.
+	NetworkPolicyPublishNamespaces string
+	// NetworkPolicyMonitoringNamespace may reach Tenants' operations port.
+	NetworkPolicyMonitoringNamespace string
+	// OperatorNamespace is the operator's own namespace, which may reach
+	// Tenants' operations port too.
+	OperatorNamespace string
+	LogFormat         string
+	LogLevel          string
 }
 
 func (o *OperatorOptions) bind(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file; empty uses $KUBECONFIG, the in-cluster configuration or ~/.kube/config")
-	f.StringVar(&o.MetricsBindAddress, "metrics-bind-address", ":8080", "address of the Prometheus /metrics endpoint; 0 disables it")
+	f.StringVar(&o.MetricsBindAddress, "metrics-bind-address", ":8443", "address of the Prometheus /metrics endpoint; 0 disables it")
+	f.BoolVar(&o.MetricsSecure, "metrics-secure", true, "serve /metrics over HTTPS, only to clients the API server authenticates (TokenReview) and authorises to get the non-resource URL /metrics (SubjectAccessReview); false serves plain HTTP to anyone, for local development")
+	f.StringVar(&o.MetricsCertDir, "metrics-cert-dir", "", "directory with tls.crt and tls.key for the metrics endpoint (reloaded when they change); empty uses a self-signed certificate")
 	f.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
 	f.BoolVar(&o.LeaderElect, "leader-elect", false, "elect a leader among operator replicas (a Lease); only the leader reconciles")
 	f.StringVar(&o.LeaderElectionID, "leader-election-id", "storybus-operator.bus.storybus.io", "name of the leader election Lease")
-	f.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the Lease; empty uses the operator's own namespace")
-	f.StringVar(&o.WatchNamespace, "watch-namespace", "", "reconcile only this namespace; empty reconciles all")
+	f.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the Lease; empty uses --operator-namespace, else the namespace the operator runs in")
+	f.StringSliceVar(&o.WatchNamespaces, "watch-namespaces", nil, "reconcile only these namespaces (comma-separated, or the flag repeated); the operator then caches and reads nothing outside them. Empty reconciles all")
+	f.StringSliceVar(&o.WatchNamespaces, "watch-namespace", nil, "the same as --watch-namespaces")
+	_ = f.MarkDeprecated("watch-namespace", "use --watch-namespaces")
 	f.StringVar(&o.BusImage, "bus-image", controllers.DefaultBusImage, "image of the bus pods of Tenants that set no spec.image")
 	f.BoolVar(&o.BusPlatformUID, "bus-platform-uid", false, "leave the bus pods' user, group and fsGroup to the platform (OpenShift's restricted SCC assigns them) instead of the image's user 65532; they still run as non-root")
 	f.StringVar(&o.BusCPURequest, "bus-cpu-request", DefaultBusCPURequest, "CPU request of the bus pods of Tenants that set no spec.resources; empty sets none")
 	f.StringVar(&o.BusMemoryRequest, "bus-memory-request", DefaultBusMemoryRequest, "memory request of the bus pods of Tenants that set no spec.resources; empty sets none")
 	f.StringVar(&o.ClusterDomain, "cluster-domain", "cluster.local", "the cluster's DNS domain, for Tenants' status.endpoint")
 	f.IntVar(&o.MaxConcurrentReconciles, "max-concurrent-reconciles", DefaultMaxConcurrentReconciles, "objects of one kind reconciled at once (Tenants, Connections, …); reconciles wait mostly on the API server")
+	f.BoolVar(&o.NetworkPolicy, "network-policy", false, "render a NetworkPolicy for the bus pods of every Tenant that does not set spec.networkPolicy.enabled")
+	f.StringVar(&o.NetworkPolicyPublishNamespaces, "network-policy-publish-namespaces", "", "label selector of the namespaces (the platform's gateway or ingress) whose pods may reach the publish port of Tenants that set no spec.networkPolicy.publishFrom, e.g. kubernetes.io/metadata.name=gateway-system; empty allows the Tenant's own namespace only")
+	f.StringVar(&o.NetworkPolicyMonitoringNamespace, "network-policy-monitoring-namespace", controllers.DefaultMonitoringNamespace, "namespace whose pods may reach the bus pods' operations port (/metrics, /healthz, /readyz)")
+	f.StringVar(&o.OperatorNamespace, "operator-namespace", "", "the operator's own namespace, whose pods may reach the bus pods' operations port too")
 	f.StringVar(&o.LogFormat, "log-format", "json", "log format: json or text")
 	f.StringVar(&o.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
 }
@@ -104,6 +135,14 @@ func (o *OperatorOptions) validate() error {
 	}
 	if o.MaxConcurrentReconciles < 1 {
 		return usageError{fmt.Errorf("--max-concurrent-reconciles must be at least 1")}
+	}
+	for _, ns := range o.WatchNamespaces {
+		if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
+			return usageError{fmt.Errorf("--watch-namespaces: %q is not a namespace name: %s", ns, strings.Join(errs, "; "))}
+		}
+	}
+	if _, err := metav1.ParseToLabelSelector(o.NetworkPolicyPublishNamespaces); err != nil {
+		return usageError{fmt.Errorf("--network-policy-publish-namespaces: %w", err)}
 	}
 	if o.LogFormat != "json" && o.LogFormat != "text" {
 		return usageError{fmt.Errorf("--log-format must be json or text")}
@@ -164,6 +203,20 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 	return cfg, nil
 }
 
+// metricsOptions serve the metrics as --metrics-secure says: over HTTPS
+// behind the API server's authentication and authorisation, so that only
+// a client granted get on /metrics (the chart's metrics-reader
+// ClusterRole) reads them.
+func metricsOptions(o OperatorOptions) metricsserver.Options {
+	m := metricsserver.Options{BindAddress: o.MetricsBindAddress}
+	if o.MetricsSecure {
+		m.SecureServing = true
+		m.FilterProvider = filters.WithAuthenticationAndAuthorization
+		m.CertDir = o.MetricsCertDir
+	}
+	return m
+}
+
 // RunOperator runs the operator's manager against the cluster of cfg until
 // ctx ends.
 func RunOperator(ctx context.Context, o OperatorOptions, cfg *rest.Config, log logr.Logger) error {
@@ -174,19 +227,15 @@ func RunOperator(ctx context.Context, o OperatorOptions, cfg *rest.Config, log l
 	if err != nil {
 		return err
 	}
-	cacheOpts := controllers.CacheOptions()
-	if o.WatchNamespace != "" {
-		cacheOpts.DefaultNamespaces = map[string]cache.Config{o.WatchNamespace: {}}
-	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        scheme,
-		Cache:                         cacheOpts,
-		Metrics:                       metricsserver.Options{BindAddress: o.MetricsBindAddress},
+		Cache:                         controllers.CacheOptions(o.WatchNamespaces...),
+		Metrics:                       metricsOptions(o),
 		HealthProbeBindAddress:        o.HealthProbeBindAddress,
 		Controller:                    ctrlconfig.Controller{MaxConcurrentReconciles: o.MaxConcurrentReconciles},
 		LeaderElection:                o.LeaderElect,
 		LeaderElectionID:              o.LeaderElectionID,
-		LeaderElectionNamespace:       o.LeaderElectionNamespace,
+		LeaderElectionNamespace:       cmp.Or(o.LeaderElectionNamespace, o.OperatorNamespace),
 		LeaderElectionReleaseOnCancel: true,
 	})
 	if err != nil {
@@ -196,7 +245,24 @@ func RunOperator(ctx context.Context, o OperatorOptions, cfg *rest.Config, log l
 	if err != nil {
 		return err
 	}
-	if err := controllers.Setup(mgr, controllers.Options{BusImage: o.BusImage, BusPlatformUID: o.BusPlatformUID, BusResources: busResources, ClusterDomain: o.ClusterDomain}); err != nil {
+	np := controllers.NetworkPolicyOptions{
+		Enabled:             o.NetworkPolicy,
+		MonitoringNamespace: o.NetworkPolicyMonitoringNamespace,
+		OperatorNamespace:   o.OperatorNamespace,
+	}
+	if o.NetworkPolicyPublishNamespaces != "" {
+		if np.PublishNamespaces, err = metav1.ParseToLabelSelector(o.NetworkPolicyPublishNamespaces); err != nil {
+			return usageError{fmt.Errorf("--network-policy-publish-namespaces: %w", err)}
+		}
+	}
+	if err := controllers.Setup(mgr, controllers.Options{
+		BusImage:        o.BusImage,
+		BusPlatformUID:  o.BusPlatformUID,
+		BusResources:    busResources,
+		ClusterDomain:   o.ClusterDomain,
+		NetworkPolicy:   np,
+		WatchNamespaces: o.WatchNamespaces,
+	}); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
@@ -205,6 +271,6 @@ func RunOperator(ctx context.Context, o OperatorOptions, cfg *rest.Config, log l
 	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
 		return err
 	}
-	log.Info("storybus operator starting", "busImage", o.BusImage, "leaderElect", o.LeaderElect, "watchNamespace", o.WatchNamespace)
+	log.Info("storybus operator starting", "busImage", o.BusImage, "leaderElect", o.LeaderElect, "watchNamespaces", o.WatchNamespaces, "metricsSecure", o.MetricsSecure)
 	return mgr.Start(ctx)
 }

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"log/slog"
@@ -14,7 +15,10 @@ import (
 
 	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -28,7 +32,11 @@ import (
 // TestOperatorRuns runs `storybus operator`'s manager against a real API
 // server: it takes the leader Lease, serves /healthz, /readyz and
 // /metrics, reconciles a Tenant into a StatefulSet of the --bus-image, and
-// stops cleanly when its context ends.
+// stops cleanly when its context ends. /metrics answers over HTTPS only to
+// a client whose token the API server authenticates and authorises: 401
+// without a token, 403 for a ServiceAccount without the right, 200 for one
+// bound to a role granting get on /metrics; a token the API server rejects
+// gets no metrics either.
 func TestOperatorRuns(t *testing.T) {
 	root := filepath.Join("..", "..", "..")
 	assets := os.Getenv("KUBEBUILDER_ASSETS")
@@ -54,6 +62,7 @@ func TestOperatorRuns(t *testing.T) {
 	metrics, health := testutil.FreeAddr(t), testutil.FreeAddr(t)
 	o := OperatorOptions{
 		MetricsBindAddress:      metrics,
+		MetricsSecure:           true,
 		HealthProbeBindAddress:  health,
 		LeaderElect:             true,
 		LeaderElectionID:        "storybus-operator-test",
@@ -91,20 +100,30 @@ func TestOperatorRuns(t *testing.T) {
 			time.Sleep(100 * time.Millisecond)
 		}
 	}
-	get := func(url, want string) func() error {
+	// The metrics endpoint's certificate is self-signed.
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	getAs := func(url, token string, status int, want string) func() error {
 		return func() error {
-			resp, err := http.Get(url)
+			req, err := http.NewRequest(http.MethodGet, url, nil)
+			if err != nil {
+				return err
+			}
+			if token != "" {
+				req.Header.Set("Authorization", "Bearer "+token)
+			}
+			resp, err := hc.Do(req)
 			if err != nil {
 				return err
 			}
 			defer resp.Body.Close()
 			b, _ := io.ReadAll(resp.Body)
-			if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), want) {
-				return fmt.Errorf("%s: %d %.200s", url, resp.StatusCode, b)
+			if resp.StatusCode != status || !strings.Contains(string(b), want) {
+				return fmt.Errorf("%s: %d %.200s, want %d", url, resp.StatusCode, b, status)
 			}
 			return nil
 		}
 	}
+	get := func(url, want string) func() error { return getAs(url, "", http.StatusOK, want) }
 	poll("healthz", get("http://"+health+"/healthz", "ok"))
 	poll("readyz", get("http://"+health+"/readyz", "ok"))
 	poll("leader lease", func() error {
@@ -131,7 +150,33 @@ func TestOperatorRuns(t *testing.T) {
 		}
 		return nil
 	})
-	poll("metrics", get("http://"+metrics+"/metrics", `controller_runtime_reconcile_total{controller="tenant"`))
+	reader, stranger := serviceAccountToken(t, ctx, c, "scraper"), serviceAccountToken(t, ctx, c, "stranger")
+	for _, obj := range []client.Object{
+		&rbacv1.ClusterRole{
+			ObjectMeta: metav1.ObjectMeta{Name: "metrics-reader"},
+			Rules:      []rbacv1.PolicyRule{{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}}},
+		},
+		&rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: "metrics-reader"},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "metrics-reader"},
+			Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: "default", Name: "scraper"}},
+		},
+	} {
+		if err := c.Create(ctx, obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	url := "https://" + metrics + "/metrics"
+	poll("metrics to an authorised ServiceAccount", getAs(url, reader, http.StatusOK, `controller_runtime_reconcile_total{controller="tenant"`))
+	poll("metrics without a token", getAs(url, "", http.StatusUnauthorized, ""))
+	// A token the API server rejects: controller-runtime's filter answers
+	// 500 "Authentication failed" (its authenticator reports the rejection
+	// as an error), and serves nothing.
+	poll("metrics with a token the API server does not know", getAs(url, "not-a-token", http.StatusInternalServerError, "Authentication failed"))
+	poll("metrics to a ServiceAccount without the right", getAs(url, stranger, http.StatusForbidden, ""))
+	if err := getAs("http://"+metrics+"/metrics", "", http.StatusOK, "controller_runtime")(); err == nil {
+		t.Error("metrics served over plain HTTP")
+	}
 
 	cancel()
 	select {
@@ -148,4 +193,19 @@ func TestOperatorRuns(t *testing.T) {
 			t.Errorf("logged an ERROR: %s", line)
 		}
 	}
+}
+
+// serviceAccountToken creates the ServiceAccount name in default and
+// returns a token the API server issued for it.
+func serviceAccountToken(t *testing.T, ctx context.Context, c client.Client, name string) string {
+	t.Helper()
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name}}
+	if err := c.Create(ctx, sa); err != nil {
+		t.Fatal(err)
+	}
+	tr := &authenticationv1.TokenRequest{}
+	if err := c.SubResource("token").Create(ctx, sa, tr); err != nil {
+		t.Fatalf("token of ServiceAccount %s: %v", name, err)
+	}
+	return tr.Status.Token
 }
