@@ -120,23 +120,30 @@ func TestRenderedCRDsMatchConfig(t *testing.T) {
 // TestRenderedRBACMatchesConfig checks that the ClusterRole's rules are
 // those controller-gen generated.
 func TestRenderedRBACMatchesConfig(t *testing.T) {
+	want := generatedRules(t)
+	ms := splitManifests(t, render(t))
+	var got rbacv1.ClusterRole
+	decode(t, find(t, ms, "ClusterRole", "storybus-operator"), &got)
+	if !reflect.DeepEqual(got.Rules, want) {
+		t.Errorf("ClusterRole rules differ from %s:\n got %+v\nwant %+v", rbacSource, got.Rules, want)
+	}
+}
+
+// generatedRules are the operator's rules as controller-gen generated them.
+func generatedRules(t *testing.T) []rbacv1.PolicyRule {
+	t.Helper()
 	b, err := os.ReadFile(rbacSource)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var want rbacv1.ClusterRole
-	if err := yaml.UnmarshalStrict(b, &want); err != nil {
+	var role rbacv1.ClusterRole
+	if err := yaml.UnmarshalStrict(b, &role); err != nil {
 		t.Fatal(err)
 	}
-	if len(want.Rules) == 0 {
+	if len(role.Rules) == 0 {
 		t.Fatalf("%s has no rules", rbacSource)
 	}
-	ms := splitManifests(t, render(t))
-	var got rbacv1.ClusterRole
-	decode(t, find(t, ms, "ClusterRole", "storybus-operator"), &got)
-	if !reflect.DeepEqual(got.Rules, want.Rules) {
-		t.Errorf("ClusterRole rules differ from %s:\n got %+v\nwant %+v", rbacSource, got.Rules, want.Rules)
-	}
+	return role.Rules
 }
 
 // TestGolden compares helm template's output, less the CRDs (checked above
@@ -219,7 +226,7 @@ func TestRenderVariants(t *testing.T) {
 			t.Errorf("image %s, want ghcr.io/storybus/storybus:%s", c.Image, appVersion(t))
 		}
 		checkRestricted(t, pod)
-		for _, a := range []string{"--leader-elect=true", "--bus-image=" + c.Image, "--metrics-bind-address=:8080",
+		for _, a := range []string{"--leader-elect=true", "--bus-image=" + c.Image, "--metrics-bind-address=:8443",
 			"--health-probe-bind-address=:8081", "--leader-election-namespace=" + releaseNamespace,
 			"--bus-cpu-request=100m", "--bus-memory-request=256Mi"} {
 			if !slices.Contains(c.Args, a) {
@@ -248,18 +255,87 @@ func TestRenderVariants(t *testing.T) {
 		find(t, ms, "ServiceMonitor", "storybus-operator")
 		noKind(t, splitManifests(t, render(t, "--api-versions", serviceMonitorAPI)), "ServiceMonitor")
 	})
-	t.Run("watchNamespace binds the rules in that namespace only", func(t *testing.T) {
-		ms := splitManifests(t, render(t, "--set", "watchNamespace=newsroom"))
-		noKind(t, ms, "ClusterRoleBinding")
-		var rb rbacv1.RoleBinding
-		decode(t, find(t, ms, "RoleBinding", "storybus-operator"), &rb)
-		if rb.Namespace != "newsroom" || rb.RoleRef.Kind != "ClusterRole" || rb.RoleRef.Name != "storybus-operator" {
-			t.Errorf("RoleBinding %s/%s to %+v", rb.Namespace, rb.Name, rb.RoleRef)
+	t.Run("watchNamespaces puts the rules in Roles there, nothing cluster-wide", func(t *testing.T) {
+		ms := splitManifests(t, render(t, "--set", "watchNamespaces={newsroom,wire},watchNamespace=desk"))
+		if has(ms, "ClusterRole", "storybus-operator") {
+			t.Error("a ClusterRole storybus-operator with watchNamespaces")
+		}
+		if has(ms, "ClusterRoleBinding", "storybus-operator") {
+			t.Error("a ClusterRoleBinding storybus-operator with watchNamespaces")
+		}
+		generated := generatedRules(t)
+		var roles, bindings []string
+		for _, m := range ms {
+			switch m.kind() {
+			case "Role":
+				var r rbacv1.Role
+				decode(t, m, &r)
+				if r.Name == "storybus-operator" {
+					roles = append(roles, r.Namespace)
+					if !reflect.DeepEqual(r.Rules, generated) {
+						t.Errorf("Role in %s: rules differ from %s", r.Namespace, rbacSource)
+					}
+				}
+			case "RoleBinding":
+				var rb rbacv1.RoleBinding
+				decode(t, m, &rb)
+				if rb.Name == "storybus-operator" {
+					bindings = append(bindings, rb.Namespace)
+					if rb.RoleRef.Kind != "Role" || rb.RoleRef.Name != "storybus-operator" {
+						t.Errorf("RoleBinding in %s to %+v", rb.Namespace, rb.RoleRef)
+					}
+				}
+			}
+		}
+		if want := []string{"newsroom", "wire", "desk"}; !slices.Equal(roles, want) || !slices.Equal(bindings, want) {
+			t.Errorf("Roles in %v, RoleBindings in %v, want %v", roles, bindings, want)
 		}
 		var d appsv1.Deployment
 		decode(t, find(t, ms, "Deployment", "storybus-operator"), &d)
-		if !slices.Contains(d.Spec.Template.Spec.Containers[0].Args, "--watch-namespace=newsroom") {
-			t.Errorf("args %v lack --watch-namespace=newsroom", d.Spec.Template.Spec.Containers[0].Args)
+		if !slices.Contains(d.Spec.Template.Spec.Containers[0].Args, "--watch-namespaces=newsroom,wire,desk") {
+			t.Errorf("args %v lack --watch-namespaces=newsroom,wire,desk", d.Spec.Template.Spec.Containers[0].Args)
+		}
+	})
+	t.Run("metrics: HTTPS, review rights, a reader role bound on request", func(t *testing.T) {
+		ms := splitManifests(t, render(t, "--set", "metrics.serviceMonitor.enabled=true", "--api-versions", serviceMonitorAPI))
+		var auth rbacv1.ClusterRole
+		decode(t, find(t, ms, "ClusterRole", "storybus-operator-metrics-auth"), &auth)
+		want := []rbacv1.PolicyRule{
+			{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"tokenreviews"}, Verbs: []string{"create"}},
+			{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"subjectaccessreviews"}, Verbs: []string{"create"}},
+		}
+		if !reflect.DeepEqual(auth.Rules, want) {
+			t.Errorf("metrics-auth rules %+v", auth.Rules)
+		}
+		find(t, ms, "ClusterRoleBinding", "storybus-operator-metrics-auth")
+		var reader rbacv1.ClusterRole
+		decode(t, find(t, ms, "ClusterRole", "storybus-operator-metrics-reader"), &reader)
+		if !reflect.DeepEqual(reader.Rules, []rbacv1.PolicyRule{{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}}}) {
+			t.Errorf("metrics-reader rules %+v", reader.Rules)
+		}
+		if has(ms, "ClusterRoleBinding", "storybus-operator-metrics-reader") {
+			t.Error("metrics-reader bound with no metrics.reader.serviceAccount.name")
+		}
+		sm := find(t, ms, "ServiceMonitor", "storybus-operator")
+		ep := sm.Object["spec"].(map[string]any)["endpoints"].([]any)[0].(map[string]any)
+		if ep["scheme"] != "https" || ep["bearerTokenFile"] != "/var/run/secrets/kubernetes.io/serviceaccount/token" {
+			t.Errorf("ServiceMonitor endpoint %v, want https with the scraper's token", ep)
+		}
+
+		ms = splitManifests(t, render(t, "--set", "metrics.reader.serviceAccount.name=prometheus,metrics.reader.serviceAccount.namespace=monitoring"))
+		var rb rbacv1.ClusterRoleBinding
+		decode(t, find(t, ms, "ClusterRoleBinding", "storybus-operator-metrics-reader"), &rb)
+		if want := []rbacv1.Subject{{Kind: "ServiceAccount", Name: "prometheus", Namespace: "monitoring"}}; rb.RoleRef.Name != "storybus-operator-metrics-reader" || !slices.Equal(rb.Subjects, want) {
+			t.Errorf("metrics-reader binding %+v %+v", rb.RoleRef, rb.Subjects)
+		}
+	})
+	t.Run("tenantNetworkPolicy sets the operator's defaults", func(t *testing.T) {
+		var d appsv1.Deployment
+		decode(t, find(t, splitManifests(t, render(t, "--set", "tenantNetworkPolicy.enabled=true,tenantNetworkPolicy.publishNamespaces=kubernetes.io/metadata.name=gateway-system")), "Deployment", "storybus-operator"), &d)
+		for _, a := range []string{"--network-policy=true", "--network-policy-publish-namespaces=kubernetes.io/metadata.name=gateway-system", "--network-policy-monitoring-namespace=monitoring", "--operator-namespace=" + releaseNamespace} {
+			if !slices.Contains(d.Spec.Template.Spec.Containers[0].Args, a) {
+				t.Errorf("args %v lack %s", d.Spec.Template.Spec.Containers[0].Args, a)
+			}
 		}
 	})
 	t.Run("platformAssignsUID leaves the user to the platform", func(t *testing.T) {
@@ -387,6 +463,7 @@ func TestSchemaRefusesBadValues(t *testing.T) {
 		{"bad digest", "image.digest=abc123", []string{"/image/digest", "'abc123' does not match pattern"}},
 		{"unpinned bus image", "busImage=ghcr.io/storybus/storybus", []string{"/busImage", "does not match pattern"}},
 		{"namespace", "watchNamespace=News_Room", []string{"/watchNamespace", "'News_Room' does not match pattern"}},
+		{"namespaces", "watchNamespaces={News_Room}", []string{"/watchNamespaces/0", "'News_Room' does not match pattern"}},
 		{"string for integer", "replicaCount=two", []string{"/replicaCount", "got string, want integer"}},
 		{"PDB blocking every eviction", "podDisruptionBudget.maxUnavailable=0", []string{"/podDisruptionBudget/maxUnavailable", "minimum: got 0, want 1"}},
 		{"ServiceMonitor without metrics", "metrics.enabled=false,metrics.serviceMonitor.enabled=true", []string{"/metrics/enabled", "value must be true"}},
@@ -445,4 +522,14 @@ func appVersion(t *testing.T) string {
 		t.Fatalf("Chart.yaml has no appVersion: %v", err)
 	}
 	return c.AppVersion
+}
+
+// has reports whether ms holds a document of kind and name.
+func has(ms []manifest, kind, name string) bool {
+	for _, m := range ms {
+		if m.kind() == kind && m.name() == name {
+			return true
+		}
+	}
+	return false
 }

@@ -83,12 +83,25 @@ func TestInstallUpgradeUninstall(t *testing.T) {
 	checkUserRoles(t, ctx, k8s)
 
 	// The operator, run as the chart's Deployment runs it, makes a
-	// Tenant's bus with the chart's RBAC.
+	// Tenant's bus with the chart's RBAC, and no more.
 	tenantNS := "newsroom"
 	create(t, ctx, k8s, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: tenantNS}})
 	tenant := &v1alpha1.Tenant{ObjectMeta: metav1.ObjectMeta{Namespace: tenantNS, Name: "newsroom"}}
 	create(t, ctx, k8s, tenant)
-	runOperator(t, ctx, k8s, kubeconfig)
+	checkOperatorRights(t, ctx, k8s, releaseNamespace, "storybus-operator", tenantNS, false)
+	runOperator(t, ctx, k8s, kubeconfig, releaseNamespace, "storybus-operator", tenantNS)
+
+	// A second release, scoped to one namespace: its rules are Roles there,
+	// it can read no Secret elsewhere, and its operator still runs a
+	// Tenant's bus with them.
+	scopedNS, scopedTenantNS := "scoped-system", "scoped-newsroom"
+	create(t, ctx, k8s, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: scopedTenantNS}})
+	mustHelm(t, "install", "scoped", chartDir, "--kubeconfig", kubeconfig, "--namespace", scopedNS, "--create-namespace",
+		"--set", "crds.install=false,rbac.aggregateClusterRoles=false", "--set", "watchNamespaces={"+scopedTenantNS+"}")
+	create(t, ctx, k8s, &v1alpha1.Tenant{ObjectMeta: metav1.ObjectMeta{Namespace: scopedTenantNS, Name: scopedTenantNS}})
+	checkOperatorRights(t, ctx, k8s, scopedNS, "scoped-storybus-operator", scopedTenantNS, true)
+	runOperator(t, ctx, k8s, kubeconfig, scopedNS, "scoped-storybus-operator", scopedTenantNS)
+	mustHelm(t, "uninstall", "scoped", "--kubeconfig", kubeconfig, "--namespace", scopedNS)
 
 	// Upgrade to a chart whose Tenant CRD has one more field.
 	upgraded := copyChart(t)
@@ -165,6 +178,78 @@ func TestInstallUpgradeUninstall(t *testing.T) {
 	// Installing again adopts the CRDs that uninstall kept.
 	mustHelm(t, append([]string{"install", releaseName, chartDir}, kube...)...)
 	checkInstalled(t, ctx, k8s)
+}
+
+// checkOperatorRights asks the API server (SubjectAccessReviews) what the
+// ServiceAccount of the operator installed in namespace ns may do: what a
+// Tenant in tenantNS needs, yes; writing pods, Leases outside its own
+// namespace, deleting Secrets, no; and, when scoped (watchNamespaces), no
+// access at all outside tenantNS, Secrets included.
+func checkOperatorRights(t *testing.T, ctx context.Context, k8s client.Client, ns, sa, tenantNS string, scoped bool) {
+	t.Helper()
+	user := "system:serviceaccount:" + ns + ":" + sa
+	type access struct {
+		verb, group, resource, namespace string
+		allowed                          bool
+	}
+	checks := []access{
+		{"list", "bus.storybus.io", "tenants", tenantNS, true},
+		{"update", "bus.storybus.io", "tenants/status", tenantNS, true},
+		{"create", "apps", "statefulsets", tenantNS, true},
+		{"create", "", "secrets", tenantNS, true},
+		{"get", "", "secrets", tenantNS, true},
+		{"update", "", "secrets", tenantNS, true},
+		{"create", "networking.k8s.io", "networkpolicies", tenantNS, true},
+		{"watch", "", "pods", tenantNS, true},
+		{"create", "coordination.k8s.io", "leases", ns, true},
+		{"create", "authentication.k8s.io", "tokenreviews", "", true},
+		{"create", "authorization.k8s.io", "subjectaccessreviews", "", true},
+		// No pod writes anywhere: patching a pod can change its image.
+		{"patch", "", "pods", tenantNS, false},
+		{"patch", "", "pods", "kube-system", false},
+		{"update", "", "pods", tenantNS, false},
+		{"create", "", "pods", tenantNS, false},
+		{"delete", "", "pods", tenantNS, false},
+		// Leases in its own namespace only.
+		{"get", "coordination.k8s.io", "leases", "kube-system", false},
+		{"update", "coordination.k8s.io", "leases", "kube-system", false},
+		{"create", "coordination.k8s.io", "leases", tenantNS, false},
+		// Secrets are never deleted or patched by the operator.
+		{"delete", "", "secrets", tenantNS, false},
+		{"patch", "", "secrets", tenantNS, false},
+	}
+	if scoped {
+		checks = append(checks,
+			access{"list", "", "secrets", "", false},
+			access{"list", "", "secrets", "kube-system", false},
+			access{"get", "", "secrets", "kube-system", false},
+			access{"list", "", "secrets", "newsroom", false},
+			access{"list", "bus.storybus.io", "tenants", "", false},
+			access{"create", "apps", "statefulsets", "newsroom", false},
+		)
+	} else {
+		// Cluster-wide, the operator lists and watches Secrets everywhere
+		// (RBAC cannot restrict by label); its cache holds only those it
+		// labels, and it gets no other Secret's data unless a Connection
+		// or Tenant names it.
+		checks = append(checks, access{"list", "", "secrets", "", true}, access{"get", "", "secrets", "kube-system", true})
+	}
+	for _, c := range checks {
+		resource, sub, _ := strings.Cut(c.resource, "/")
+		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User:   user,
+			Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
+			ResourceAttributes: &authorizationv1.ResourceAttributes{
+				Namespace: c.namespace, Verb: c.verb, Group: c.group, Resource: resource, Subresource: sub,
+			},
+		}}
+		if err := k8s.Create(ctx, sar); err != nil {
+			t.Fatal(err)
+		}
+		if sar.Status.Allowed != c.allowed {
+			t.Errorf("%s: %s %s in %q: allowed %v, want %v (%s)", sa, c.verb, c.resource, c.namespace, sar.Status.Allowed, c.allowed, sar.Status.Reason)
+		}
+	}
 }
 
 // checkUserRoles checks the ClusterRoles for users: aggregated into the
@@ -244,15 +329,7 @@ func checkInstalled(t *testing.T, ctx context.Context, k8s client.Client) {
 
 	var role rbacv1.ClusterRole
 	mustGet(t, ctx, k8s, "", "storybus-operator", &role)
-	b, err := os.ReadFile(rbacSource)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var generated rbacv1.ClusterRole
-	if err := yaml.Unmarshal(b, &generated); err != nil {
-		t.Fatal(err)
-	}
-	if !reflect.DeepEqual(role.Rules, generated.Rules) {
+	if !reflect.DeepEqual(role.Rules, generatedRules(t)) {
 		t.Errorf("ClusterRole rules in the apiserver differ from %s", rbacSource)
 	}
 	var crb rbacv1.ClusterRoleBinding
@@ -337,21 +414,22 @@ func checkNotes(t *testing.T, out string) {
 	golden(t, filepath.Join("testdata", "notes.golden.txt"), notes)
 }
 
-// runOperator runs `storybus operator` with the arguments of the installed
-// Deployment, as its ServiceAccount (impersonated), until it has made the
-// bus of the Tenant newsroom/newsroom and holds the leader election Lease.
-// The bus's StatefulSet must run the chart's --bus-image the way the
-// Dockerfile builds it.
-func runOperator(t *testing.T, ctx context.Context, k8s client.Client, kubeconfig string) {
+// runOperator runs `storybus operator` with the arguments of the
+// Deployment ns/name, as its ServiceAccount (impersonated: with exactly the
+// chart's rights), until it has made the bus of the Tenant
+// tenantNS/tenantNS and holds the leader election Lease. The bus's
+// StatefulSet must run the chart's --bus-image the way the Dockerfile
+// builds it.
+func runOperator(t *testing.T, ctx context.Context, k8s client.Client, kubeconfig, ns, name, tenantNS string) {
 	t.Helper()
 	var d appsv1.Deployment
-	mustGet(t, ctx, k8s, releaseNamespace, "storybus-operator", &d)
+	mustGet(t, ctx, k8s, ns, name, &d)
 	c := d.Spec.Template.Spec.Containers[0]
 	if !slices.Equal(c.Command, []string{"storybus"}) {
 		t.Fatalf("Deployment command %v, want [storybus]", c.Command)
 	}
 	args := append(slices.Clone(c.Args),
-		"--kubeconfig", impersonating(t, kubeconfig, "system:serviceaccount:"+releaseNamespace+":"+d.Spec.Template.Spec.ServiceAccountName),
+		"--kubeconfig", impersonating(t, kubeconfig, "system:serviceaccount:"+ns+":"+d.Spec.Template.Spec.ServiceAccountName),
 		// No ports in a test: the flags given last win.
 		"--metrics-bind-address=0", "--health-probe-bind-address=0")
 	busImage := flagValue(t, c.Args, "--bus-image")
@@ -380,7 +458,7 @@ func runOperator(t *testing.T, ctx context.Context, k8s client.Client, kubeconfi
 
 	eventually(t, "the operator holds the Lease "+leaseName, func() error {
 		var l coordinationv1.Lease
-		if err := k8s.Get(ctx, types.NamespacedName{Namespace: releaseNamespace, Name: leaseName}, &l); err != nil {
+		if err := k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: leaseName}, &l); err != nil {
 			return err
 		}
 		if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" {
@@ -390,8 +468,14 @@ func runOperator(t *testing.T, ctx context.Context, k8s client.Client, kubeconfi
 	})
 	var sts appsv1.StatefulSet
 	eventually(t, "the operator makes the Tenant's StatefulSet (with the chart's RBAC)", func() error {
-		return k8s.Get(ctx, types.NamespacedName{Namespace: "newsroom", Name: "newsroom-bus"}, &sts)
+		return k8s.Get(ctx, types.NamespacedName{Namespace: tenantNS, Name: tenantNS + "-bus"}, &sts)
 	})
+	for _, obj := range []client.Object{&corev1.ConfigMap{}, &corev1.Secret{}, &corev1.Service{}, &policyv1.PodDisruptionBudget{}} {
+		name := map[string]string{"*v1.ConfigMap": "-bus-config", "*v1.Secret": "-bus-signing-key", "*v1.Service": "-bus", "*v1.PodDisruptionBudget": "-bus"}[fmt.Sprintf("%T", obj)]
+		eventually(t, fmt.Sprintf("the operator makes the Tenant's %T", obj), func() error {
+			return k8s.Get(ctx, types.NamespacedName{Namespace: tenantNS, Name: tenantNS + name}, obj)
+		})
+	}
 	pod := sts.Spec.Template.Spec
 	bus := pod.Containers[0]
 	if bus.Image != busImage {
@@ -407,10 +491,10 @@ func runOperator(t *testing.T, ctx context.Context, k8s client.Client, kubeconfi
 	}
 	eventually(t, "the Tenant's status.endpoint", func() error {
 		var tn v1alpha1.Tenant
-		if err := k8s.Get(ctx, types.NamespacedName{Namespace: "newsroom", Name: "newsroom"}, &tn); err != nil {
+		if err := k8s.Get(ctx, types.NamespacedName{Namespace: tenantNS, Name: tenantNS}, &tn); err != nil {
 			return err
 		}
-		if want := "http://newsroom-bus.newsroom.svc.cluster.local:8080"; tn.Status.Endpoint != want {
+		if want := "http://" + tenantNS + "-bus." + tenantNS + ".svc.cluster.local:8080"; tn.Status.Endpoint != want {
 			return fmt.Errorf("status.endpoint %q, want %q", tn.Status.Endpoint, want)
 		}
 		return nil

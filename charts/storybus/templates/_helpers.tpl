@@ -78,3 +78,12 @@ never share a leader.
 {{- define "storybus.leaderElectionID" -}}
 {{- printf "%s.bus.storybus.io" (include "storybus.operatorName" .) }}
 {{- end }}
+
+{{/*
+The namespaces the operator watches, comma-separated: watchNamespaces and
+watchNamespace together, without duplicates. Empty means every namespace.
+*/}}
+{{- define "storybus.watchNamespaces" -}}
+{{- $l := concat (.Values.watchNamespaces | default list) (compact (list .Values.watchNamespace)) | uniq }}
+{{- join "," $l }}
+{{- end }}
