@@ -348,7 +348,7 @@ func checkInstalled(t *testing.T, ctx context.Context, k8s client.Client) {
 
 	var svc corev1.Service
 	mustGet(t, ctx, k8s, releaseNamespace, "storybus-operator-metrics", &svc)
-	if !reflect.DeepEqual(svc.Spec.Selector, d.Spec.Selector.MatchLabels) || len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Port != 8080 {
+	if !reflect.DeepEqual(svc.Spec.Selector, d.Spec.Selector.MatchLabels) || len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Port != 8443 {
 		t.Errorf("metrics Service selects %v on %+v", svc.Spec.Selector, svc.Spec.Ports)
 	}
 	var pdb policyv1.PodDisruptionBudget

@@ -228,11 +228,15 @@ func RunOperator(ctx context.Context, o OperatorOptions, cfg *rest.Config, log l
 		return err
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                        scheme,
-		Cache:                         controllers.CacheOptions(o.WatchNamespaces...),
-		Metrics:                       metricsOptions(o),
-		HealthProbeBindAddress:        o.HealthProbeBindAddress,
-		Controller:                    ctrlconfig.Controller{MaxConcurrentReconciles: o.MaxConcurrentReconciles},
+		Scheme:                 scheme,
+		Cache:                  controllers.CacheOptions(o.WatchNamespaces...),
+		Metrics:                metricsOptions(o),
+		HealthProbeBindAddress: o.HealthProbeBindAddress,
+		// Controller names are checked for uniqueness across the process;
+		// RunOperator may run more than once in one process (the chart's
+		// tests run two releases' operators one after the other), and one
+		// manager's kinds are distinct by construction.
+		Controller:                    ctrlconfig.Controller{MaxConcurrentReconciles: o.MaxConcurrentReconciles, SkipNameValidation: new(true)},
 		LeaderElection:                o.LeaderElect,
 		LeaderElectionID:              o.LeaderElectionID,
 		LeaderElectionNamespace:       cmp.Or(o.LeaderElectionNamespace, o.OperatorNamespace),
