@@ -113,7 +113,7 @@ func TestOperatorAtScale(t *testing.T) {
 	}
 	metricsAddr, probeAddr := testutil.FreeAddr(t), testutil.FreeAddr(t)
 	args := []string{"operator", "--kubeconfig", filepath.Join(dir, "kubeconfig"),
-		"--metrics-bind-address", metricsAddr, "--health-probe-bind-address", probeAddr, "--log-level", "error"}
+		"--metrics-bind-address", metricsAddr, "--metrics-secure=false", "--health-probe-bind-address", probeAddr, "--log-level", "error"}
 	if n := os.Getenv("STORYBUS_SCALE_WORKERS"); n != "" {
 		args = append(args, "--max-concurrent-reconciles", n)
 	}
