@@ -6,6 +6,7 @@ package bus
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,6 +14,7 @@ import (
 	"net/http"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -241,7 +243,31 @@ func (s *Server) recovery(c *gin.Context) {
 	c.Next()
 }
 
-// OpsHandler returns the operations endpoints: /healthz, /readyz, /metrics.
+// LoadedConfig is one workspace's entry in the /configz answer.
+type LoadedConfig struct {
+	// Workspace is the workspace id.
+	Workspace string `json:"workspace"`
+	// ConfigHash is the hash of the configuration document in force
+	// (config.DocumentHash of the file's bytes); empty for one built in
+	// memory.
+	ConfigHash string `json:"configHash"`
+}
+
+// LoadedConfigs returns the configuration in force for every workspace,
+// ordered by workspace id.
+func (s *Server) LoadedConfigs() []LoadedConfig {
+	out := []LoadedConfig{}
+	for id, ws := range *s.workspaces.Load() {
+		out = append(out, LoadedConfig{Workspace: id, ConfigHash: ws.cfg.Load().Hash})
+	}
+	slices.SortFunc(out, func(a, b LoadedConfig) int { return strings.Compare(a.Workspace, b.Workspace) })
+	return out
+}
+
+// OpsHandler returns the operations endpoints: /healthz, /readyz,
+// /configz (the configurations in force, {"workspaces":[LoadedConfig…]}:
+// the operator reads it to report what each bus pod has loaded) and
+// /metrics.
 func (s *Server) OpsHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -263,6 +289,12 @@ func (s *Server) OpsHandler() http.Handler {
 		for _, label := range slices.Sorted(maps.Keys(errs)) {
 			_, _ = fmt.Fprintf(w, "workspace %s: configuration rejected, previous one in force: %v\n", label, errs[label])
 		}
+	})
+	mux.HandleFunc("/configz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(struct {
+			Workspaces []LoadedConfig `json:"workspaces"`
+		}{s.LoadedConfigs()})
 	})
 	mux.Handle("/metrics", promhttp.HandlerFor(s.metrics.Registry, promhttp.HandlerOpts{Registry: s.metrics.Registry}))
 	return mux

@@ -15,9 +15,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/storybus/storybus/api/v1alpha1"
@@ -40,6 +42,8 @@ type ConnectionReconciler struct {
 type connectionScope struct {
 	conn *v1alpha1.Connection
 	refs refsObservation
+	// tenant is the referenced Tenant, when it exists.
+	tenant *v1alpha1.Tenant
 	// sec is the credentials Secret after the credentials phase; owned
 	// says the operator made it; inUse is set when another object controls
 	// it.
@@ -93,10 +97,11 @@ func (r *ConnectionReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 // resolveRefs checks the Tenant and the IAM access key Secret exist.
 func (r *ConnectionReconciler) resolveRefs(ctx context.Context, s *connectionScope) error {
 	c := s.conn
-	obs, err := resolveTenant(ctx, r.Client, c.Namespace, c.Spec.TenantRef.Name)
+	obs, t, err := resolveTenant(ctx, r.Client, c.Namespace, c.Spec.TenantRef.Name)
 	if err != nil {
 		return err
 	}
+	s.tenant = t
 	if obs.reason == "" && c.Spec.IAM != nil {
 		name := c.Spec.IAM.AccessKeySecretRef.Name
 		sec := &corev1.Secret{}
@@ -116,19 +121,20 @@ func (r *ConnectionReconciler) resolveRefs(ctx context.Context, s *connectionSco
 	return nil
 }
 
-// resolveTenant reports whether Tenant name exists and is not going.
-func resolveTenant(ctx context.Context, c client.Reader, ns, name string) (refsObservation, error) {
+// resolveTenant reports whether Tenant name exists and is not going, and
+// returns it when it exists.
+func resolveTenant(ctx context.Context, c client.Reader, ns, name string) (refsObservation, *v1alpha1.Tenant, error) {
 	t := &v1alpha1.Tenant{}
 	err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, t)
 	switch {
 	case apierrors.IsNotFound(err):
-		return refsObservation{checked: true, reason: v1alpha1.ReasonTenantNotFound, message: fmt.Sprintf("Tenant %s not found in namespace %s", name, ns)}, nil
+		return refsObservation{checked: true, reason: v1alpha1.ReasonTenantNotFound, message: fmt.Sprintf("Tenant %s not found in namespace %s", name, ns)}, nil, nil
 	case err != nil:
-		return refsObservation{}, fmt.Errorf("get tenant %s: %w", name, err)
+		return refsObservation{}, nil, fmt.Errorf("get tenant %s: %w", name, err)
 	case !t.DeletionTimestamp.IsZero():
-		return refsObservation{checked: true, reason: v1alpha1.ReasonTenantDeleting, message: fmt.Sprintf("Tenant %s is being deleted", name)}, nil
+		return refsObservation{checked: true, reason: v1alpha1.ReasonTenantDeleting, message: fmt.Sprintf("Tenant %s is being deleted", name)}, t, nil
 	}
-	return refsObservation{checked: true}, nil
+	return refsObservation{checked: true}, t, nil
 }
 
 // rotationRequest is the request a Connection makes now, given the one last
@@ -169,6 +175,7 @@ func (r *ConnectionReconciler) reconcileCredentials(ctx context.Context, s *conn
 				v1alpha1.CredentialsClientSecretKey: []byte(randomHex(32)),
 			},
 		}
+		sec.Annotations[v1alpha1.AnnotationSecretHash] = secretHash(sec)
 		if err := controllerutil.SetControllerReference(c, sec, r.Scheme()); err != nil {
 			return fmt.Errorf("credentials owner: %w", err)
 		}
@@ -214,6 +221,8 @@ func (r *ConnectionReconciler) updateCredentials(ctx context.Context, c *v1alpha
 		sec.Annotations[v1alpha1.AnnotationRotatedAt] = workspace.RotationTime(now, prev).Format(time.RFC3339)
 	}
 	var event, note string
+	eventType := corev1.EventTypeNormal
+	lastSeen, hashSeen := sec.Annotations[v1alpha1.AnnotationSecretHash]
 	if len(strings.TrimSpace(string(sec.Data[v1alpha1.CredentialsClientIDKey]))) == 0 {
 		sec.Data[v1alpha1.CredentialsClientIDKey] = []byte(c.Name)
 	}
@@ -229,20 +238,51 @@ func (r *ConnectionReconciler) updateCredentials(ctx context.Context, c *v1alpha
 	case seen && handled != want:
 		regenerate()
 		event, note = v1alpha1.ReasonCredentialsRotated, "rotated the client secret in Secret %s: earlier tokens are revoked"
+	case hashSeen && lastSeen != secretHash(sec):
+		// Changed by hand or by a re-applied manifest: never silently. A
+		// new secret revokes what the old one let clients obtain.
+		sec.Annotations[v1alpha1.AnnotationRotatedAt] = workspace.RotationTime(now, prev).Format(time.RFC3339)
+		event, note, eventType = v1alpha1.ReasonCredentialsChanged, "the client secret in Secret %s was changed outside a rotation: treated as a rotation, earlier tokens are revoked", corev1.EventTypeWarning
+	}
+	sec.Annotations[v1alpha1.AnnotationSecretHash] = secretHash(sec)
+	released := false
+	if controlledBy(sec, c) && sec.Annotations[lastAppliedAnnotation] != "" {
+		// A user applied this Secret over the generated one: it is theirs
+		// now, and never garbage-collected with the Connection.
+		refs := sec.OwnerReferences[:0]
+		for _, ref := range sec.OwnerReferences {
+			if ref.UID != c.UID {
+				refs = append(refs, ref)
+			}
+		}
+		sec.OwnerReferences, released = refs, true
 	}
 	// A Secret seen for the first time records the request in force
 	// without rotating: only a later change is a request.
 	sec.Annotations[v1alpha1.AnnotationRotationHandled] = want
-	if equality.Semantic.DeepEqual(orig.Data, sec.Data) && equality.Semantic.DeepEqual(orig.Annotations, sec.Annotations) && equality.Semantic.DeepEqual(orig.Labels, sec.Labels) {
+	if !released && equality.Semantic.DeepEqual(orig.Data, sec.Data) && equality.Semantic.DeepEqual(orig.Annotations, sec.Annotations) && equality.Semantic.DeepEqual(orig.Labels, sec.Labels) {
 		return nil
 	}
 	if err := r.Update(ctx, sec); err != nil {
 		return fmt.Errorf("update credentials secret: %w", err)
 	}
 	if event != "" {
-		r.Recorder.Eventf(c, sec, corev1.EventTypeNormal, event, "Update", note, sec.Name)
+		r.Recorder.Eventf(c, sec, eventType, event, "Update", note, sec.Name)
+	}
+	if released {
+		r.Recorder.Eventf(c, sec, corev1.EventTypeWarning, v1alpha1.ReasonSecretReleased, "Update",
+			"Secret %s was applied by a user over the generated one: the operator no longer owns it and will never delete it", sec.Name)
 	}
 	return nil
+}
+
+// lastAppliedAnnotation is where `kubectl apply` keeps what it applied.
+const lastAppliedAnnotation = "kubectl.kubernetes.io/last-applied-configuration"
+
+// secretHash is the AnnotationSecretHash of a credentials Secret's client
+// secret, as the configuration hashes it (trimmed).
+func secretHash(sec *corev1.Secret) string {
+	return config.HashSecret(strings.TrimSpace(string(sec.Data[v1alpha1.CredentialsClientSecretKey])))
 }
 
 // SetupWithManager registers the reconciler and its watches.
@@ -258,7 +298,8 @@ func (r *ConnectionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		}
 		return requestsFor(o.GetNamespace(), names...)
 	}).
-		For(&v1alpha1.Connection{}).
+		// The rotate annotation is a request too.
+		For(&v1alpha1.Connection{}, builder.WithPredicates(predicate.Or[client.Object](specChanged, predicate.AnnotationChangedPredicate{}))).
 		Owns(&corev1.Secret{}).
 		Watches(&v1alpha1.Tenant{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 			conns, err := connectionsOfTenant(ctx, r.Client, o.GetNamespace(), o.GetName())
@@ -270,6 +311,6 @@ func (r *ConnectionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 				names = append(names, c.Name)
 			}
 			return requestsFor(o.GetNamespace(), names...)
-		})).
+		}), builder.WithPredicates(tenantInForceChanged)).
 		Complete(observed{kind: "Connection", inner: r})
 }

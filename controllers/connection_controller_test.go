@@ -34,6 +34,7 @@ func connectionIn(w *config.Workspace, name string) (*config.Connection, error) 
 func TestConnectionCredentials(t *testing.T) {
 	ns := newNamespace(t)
 	create(t, newTenant(ns, "newsroom"))
+	serveTenant(t, ns, "newsroom")
 	create(t, newConnection(ns, "cms", "newsroom"))
 	c := &v1alpha1.Connection{}
 	waitCondition(t, ns, "cms", c, connectionGen, v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonReady)
@@ -134,6 +135,7 @@ func TestConnectionReusesSecret(t *testing.T) {
 		StringData: map[string]string{v1alpha1.CredentialsClientIDKey: "wire-client", v1alpha1.CredentialsClientSecretKey: "wire-dev-secret-0123456789abcdef"},
 	})
 	create(t, newTenant(ns, "newsroom"))
+	serveTenant(t, ns, "newsroom")
 	create(t, newConnection(ns, "wire", "newsroom", func(c *v1alpha1.Connection) { c.Spec.Credentials.SecretName = "wire-credentials" }))
 	c := &v1alpha1.Connection{}
 	waitCondition(t, ns, "wire", c, connectionGen, v1alpha1.ConditionCredentialsReady, metav1.ConditionTrue, v1alpha1.ReasonCredentialsReused)
@@ -212,6 +214,7 @@ func TestConnectionReusesSecret(t *testing.T) {
 func TestConnectionRotation(t *testing.T) {
 	ns := newNamespace(t)
 	create(t, newTenant(ns, "newsroom"))
+	serveTenant(t, ns, "newsroom")
 	create(t, newConnection(ns, "cms", "newsroom"))
 	c := &v1alpha1.Connection{}
 	waitCondition(t, ns, "cms", c, connectionGen, v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonReady)
@@ -311,6 +314,7 @@ func TestConnectionDanglingTenant(t *testing.T) {
 	mustGet(t, ns, "orphan-credentials", &corev1.Secret{})
 
 	create(t, newTenant(ns, "nowhere"))
+	serveTenant(t, ns, "nowhere")
 	waitCondition(t, ns, "orphan", c, connectionGen, v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonReady)
 	waitWorkspace(t, ns, "nowhere", func(w *config.Workspace) error {
 		_, err := connectionIn(w, "orphan")

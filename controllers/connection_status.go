@@ -22,6 +22,9 @@ type connectionObservation struct {
 	clientID   string
 	rotatedAt  *time.Time
 	rotate     int64
+	// inForce is the InForce condition; nil when the references were not
+	// checked.
+	inForce *metav1.Condition
 }
 
 func observeConnection(s *connectionScope) connectionObservation {
@@ -40,6 +43,19 @@ func observeConnection(s *connectionScope) connectionObservation {
 		if at, err := time.Parse(time.RFC3339, sec.Annotations[v1alpha1.AnnotationRotatedAt]); err == nil {
 			o.rotatedAt = &at
 		}
+	}
+	if s.refs.checked && (s.tenant != nil || s.refs.reason != "") && (s.sec != nil || s.refs.reason != "") {
+		var at *metav1.Time
+		if o.rotatedAt != nil {
+			t := metav1.NewTime(*o.rotatedAt)
+			at = &t
+		}
+		t := s.tenant
+		if t == nil {
+			t = &v1alpha1.Tenant{}
+		}
+		c := inForceCondition(s.refs, t, "Connection", c.Name, c.Generation, at)
+		o.inForce = &c
 	}
 	return o
 }
@@ -74,6 +90,9 @@ func connectionConditions(o connectionObservation) []metav1.Condition {
 		cs = append(cs, cond(v1alpha1.ConditionCredentialsReady, metav1.ConditionTrue, v1alpha1.ReasonCredentialsReused,
 			"client %s, credentials in existing Secret %s", o.clientID, o.secretName))
 	}
+	if o.inForce != nil {
+		cs = append(cs, *o.inForce)
+	}
 	return cs
 }
 
@@ -90,5 +109,5 @@ func applyConnectionStatus(c *v1alpha1.Connection, o connectionObservation) {
 			c.Status.CredentialsRotatedAt = nil
 		}
 	}
-	setConditions(c, o.generation, connectionConditions(o), v1alpha1.ConditionResolvedRefs, v1alpha1.ConditionCredentialsReady)
+	setConditions(c, o.generation, connectionConditions(o), v1alpha1.ConditionResolvedRefs, v1alpha1.ConditionCredentialsReady, v1alpha1.ConditionInForce)
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -17,8 +18,10 @@ import (
 	"github.com/google/uuid"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"sigs.k8s.io/yaml"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
 
 	"github.com/storybus/storybus/api/v1alpha1"
 	"github.com/storybus/storybus/bus/config"
@@ -74,6 +77,19 @@ func TestEndToEnd(t *testing.T) {
 
 	p := startPod(t, ns, tenant+"-bus")
 	api := "http://" + p.ports["http"] + "/v1/tenants/" + samples.WorkspaceID
+	// The Pod object that stands for the process: the operator's prober
+	// asks its operations port which configuration it serves.
+	host, port, _ := net.SplitHostPort(p.ports["ops"])
+	opsPort, _ := strconv.Atoi(port)
+	startFakePod(t, ns, tenant, tenant+"-bus-0", host, int32(opsPort))
+	tn := &v1alpha1.Tenant{}
+	waitCondition(t, ns, tenant, tn, tenantGen, v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonReady)
+	if tn.Status.LoadedConfigHash != tn.Status.ConfigHash {
+		t.Fatalf("loaded %s, compiled %s", tn.Status.LoadedConfigHash, tn.Status.ConfigHash)
+	}
+	for _, name := range []string{"cms", "wire"} {
+		waitCondition(t, ns, name, &v1alpha1.Connection{}, connectionGen, v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonReady)
+	}
 
 	clientID, secret := credentials(t, ns, "cms")
 	token := issueToken(t, api, clientID, secret)
@@ -97,7 +113,11 @@ func TestEndToEnd(t *testing.T) {
 			}
 			return nil
 		})
+		// Compiled, but not yet in the pod: not in force.
+		g := &v1alpha1.Grant{}
+		waitCondition(t, ns, "cms-publish", g, grantGen, v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonTenantNotServing)
 		p.syncVolumes(t)
+		waitCondition(t, ns, "cms-publish", g, grantGen, v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonReady)
 		eventuallyAnswer(t, "the narrowed grant", func() (int, string) { return publish(t, api, token, message()) },
 			http.StatusForbidden, "grant.message_type")
 
@@ -141,31 +161,34 @@ func TestEndToEnd(t *testing.T) {
 	})
 }
 
-// applySamples creates the objects of config/samples in ns, in the order
-// of samples.ManifestFiles.
+// applySamples renders config/samples with kustomize, as
+// `kubectl apply -k config/samples` does, and creates the objects in ns
+// in the order rendered; the API server must accept every one.
 func applySamples(t *testing.T, ns string) {
 	t.Helper()
-	for _, name := range samples.ManifestFiles {
-		b, err := samples.Manifests.ReadFile(name)
+	for _, u := range renderSamples(t) {
+		u.SetNamespace(ns)
+		create(t, u)
+	}
+}
+
+// renderSamples renders config/samples/kustomization.yaml.
+func renderSamples(t *testing.T) []*unstructured.Unstructured {
+	t.Helper()
+	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
+	m, err := k.Run(filesys.MakeFsOnDisk(), filepath.Join("..", "config", "samples"))
+	if err != nil {
+		t.Fatalf("kustomize config/samples: %v", err)
+	}
+	var out []*unstructured.Unstructured
+	for _, r := range m.Resources() {
+		obj, err := r.Map()
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, doc := range strings.Split(string(b), "\n---\n") {
-			js, err := yaml.YAMLToJSON([]byte(doc))
-			if err != nil {
-				t.Fatalf("%s: %v", name, err)
-			}
-			if string(js) == "null" {
-				continue
-			}
-			u := &unstructured.Unstructured{}
-			if err := u.UnmarshalJSON(js); err != nil {
-				t.Fatalf("%s: %v", name, err)
-			}
-			u.SetNamespace(ns)
-			create(t, u)
-		}
+		out = append(out, &unstructured.Unstructured{Object: obj})
 	}
+	return out
 }
 
 // pod is a bus pod of a StatefulSet, run as a process.

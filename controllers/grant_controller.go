@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -40,9 +41,10 @@ func (r *GrantReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ct
 	before := g.DeepCopy()
 	var refs refsObservation
 	tenant := ""
+	var t *v1alpha1.Tenant
 	defer func() {
 		g.Status.Tenant = tenant
-		setConditions(g, g.Generation, grantConditions(refs), v1alpha1.ConditionResolvedRefs)
+		setConditions(g, g.Generation, grantConditions(refs, t, g), v1alpha1.ConditionResolvedRefs, v1alpha1.ConditionInForce)
 		err = errors.Join(err, patchStatus(ctx, r.Client, r.Recorder, g, before))
 	}()
 	c := &v1alpha1.Connection{}
@@ -56,38 +58,37 @@ func (r *GrantReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ct
 		return ctrl.Result{}, fmt.Errorf("get connection: %w", err)
 	}
 	tenant = c.Spec.TenantRef.Name
-	if refs, err = resolveTenant(ctx, r.Client, g.Namespace, tenant); err != nil {
+	if refs, t, err = resolveTenant(ctx, r.Client, g.Namespace, tenant); err != nil {
 		return ctrl.Result{}, err
 	}
 	return ctrl.Result{}, nil
 }
 
 // grantConditions returns the conditions a Grant's reference check
-// decides, Ready excluded.
-func grantConditions(refs refsObservation) []metav1.Condition {
+// decides against its Tenant t (nil when not found), Ready excluded.
+func grantConditions(refs refsObservation, t *v1alpha1.Tenant, g *v1alpha1.Grant) []metav1.Condition {
 	if !refs.checked {
 		return nil
 	}
-	return []metav1.Condition{foldedRefsCondition(refs)}
+	return []metav1.Condition{refsCondition(refs), dependentInForce(refs, t, "Grant", g.Name, g.Generation)}
 }
 
-// foldedRefsCondition is the ResolvedRefs condition of an object the
-// Tenant's reconciler folds into its workspace configuration.
-func foldedRefsCondition(refs refsObservation) metav1.Condition {
-	c := refsCondition(refs)
-	if refs.reason == "" {
-		c.Message = "folded into the Tenant's workspace configuration"
+// dependentInForce is the InForce condition of a Grant or OwnershipPolicy
+// of Tenant t (nil when it was not found).
+func dependentInForce(refs refsObservation, t *v1alpha1.Tenant, kind, name string, gen int64) metav1.Condition {
+	if t == nil {
+		t = &v1alpha1.Tenant{}
 	}
-	return c
+	return inForceCondition(refs, t, kind, name, gen, nil)
 }
 
 // SetupWithManager registers the reconciler and its watches.
 func (r *GrantReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
-		For(&v1alpha1.Grant{}).
+		For(&v1alpha1.Grant{}, builder.WithPredicates(specChanged)).
 		Watches(&v1alpha1.Connection{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 			return r.grantsOf(ctx, o.GetNamespace(), o.GetName())
-		})).
+		}), builder.WithPredicates(specChanged)).
 		Watches(&v1alpha1.Tenant{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 			conns, err := connectionsOfTenant(ctx, r.Client, o.GetNamespace(), o.GetName())
 			if err != nil {
@@ -98,7 +99,7 @@ func (r *GrantReconciler) SetupWithManager(mgr ctrl.Manager) error {
 				out = append(out, r.grantsOf(ctx, o.GetNamespace(), c.Name)...)
 			}
 			return out
-		})).
+		}), builder.WithPredicates(tenantInForceChanged)).
 		Complete(observed{kind: "Grant", inner: r})
 }
 

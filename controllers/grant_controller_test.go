@@ -19,6 +19,7 @@ import (
 func TestGrant(t *testing.T) {
 	ns := newNamespace(t)
 	create(t, newTenant(ns, "newsroom"))
+	serveTenant(t, ns, "newsroom")
 	create(t, newConnection(ns, "cms", "newsroom"))
 	create(t, newGrant(ns, "cms-publish", "cms", &v1alpha1.PublishGrant{SystemIDs: []string{"cms"}, MessageTypes: []string{"story.context"}}, nil))
 	create(t, newGrant(ns, "cms-read", "cms", nil, &v1alpha1.ConsumeGrant{Families: []string{"*"}}))
@@ -75,6 +76,7 @@ func TestGrantDanglingReferences(t *testing.T) {
 	}
 
 	create(t, newTenant(ns, "agency"))
+	serveTenant(t, ns, "agency")
 	waitCondition(t, ns, "early", g, grantGen, v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonReady)
 	waitWorkspace(t, ns, "agency", func(w *config.Workspace) error {
 		c, err := connectionIn(w, "wire")

@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -40,12 +41,14 @@ func (r *OwnershipPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	}
 	before := p.DeepCopy()
 	var refs refsObservation
+	var t *v1alpha1.Tenant
 	invalid := workspace.ValidateOwnershipPolicy(&p.Spec)
 	defer func() {
-		setConditions(p, p.Generation, ownershipPolicyConditions(refs, invalid), v1alpha1.ConditionAccepted, v1alpha1.ConditionResolvedRefs)
+		setConditions(p, p.Generation, ownershipPolicyConditions(refs, invalid, t, p),
+			v1alpha1.ConditionAccepted, v1alpha1.ConditionResolvedRefs, v1alpha1.ConditionInForce)
 		err = errors.Join(err, patchStatus(ctx, r.Client, r.Recorder, p, before))
 	}()
-	if refs, err = resolveTenant(ctx, r.Client, p.Namespace, p.Spec.TenantRef.Name); err != nil {
+	if refs, t, err = resolveTenant(ctx, r.Client, p.Namespace, p.Spec.TenantRef.Name); err != nil {
 		return ctrl.Result{}, err
 	}
 	if invalid != nil {
@@ -55,8 +58,8 @@ func (r *OwnershipPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 }
 
 // ownershipPolicyConditions returns the conditions an OwnershipPolicy's
-// checks decide, Ready excluded.
-func ownershipPolicyConditions(refs refsObservation, invalid error) []metav1.Condition {
+// checks decide against its Tenant t (nil when not found), Ready excluded.
+func ownershipPolicyConditions(refs refsObservation, invalid error, t *v1alpha1.Tenant, p *v1alpha1.OwnershipPolicy) []metav1.Condition {
 	var cs []metav1.Condition
 	if invalid != nil {
 		cs = append(cs, cond(v1alpha1.ConditionAccepted, metav1.ConditionFalse, v1alpha1.ReasonInvalidSpec, "%v", invalid))
@@ -64,7 +67,7 @@ func ownershipPolicyConditions(refs refsObservation, invalid error) []metav1.Con
 		cs = append(cs, cond(v1alpha1.ConditionAccepted, metav1.ConditionTrue, v1alpha1.ReasonAccepted, "every pattern compiles"))
 	}
 	if refs.checked {
-		cs = append(cs, foldedRefsCondition(refs))
+		cs = append(cs, refsCondition(refs), dependentInForce(refs, t, "OwnershipPolicy", p.Name, p.Generation))
 	}
 	return cs
 }
@@ -72,7 +75,7 @@ func ownershipPolicyConditions(refs refsObservation, invalid error) []metav1.Con
 // SetupWithManager registers the reconciler and its watches.
 func (r *OwnershipPolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
-		For(&v1alpha1.OwnershipPolicy{}).
+		For(&v1alpha1.OwnershipPolicy{}, builder.WithPredicates(specChanged)).
 		Watches(&v1alpha1.Tenant{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 			ps, err := policiesOfTenant(ctx, r.Client, o.GetNamespace(), o.GetName())
 			if err != nil {
@@ -83,6 +86,6 @@ func (r *OwnershipPolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 				names = append(names, p.Name)
 			}
 			return requestsFor(o.GetNamespace(), names...)
-		})).
+		}), builder.WithPredicates(tenantInForceChanged)).
 		Complete(observed{kind: "OwnershipPolicy", inner: r})
 }

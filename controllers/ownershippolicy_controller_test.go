@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,6 +17,7 @@ import (
 func TestOwnershipPolicy(t *testing.T) {
 	ns := newNamespace(t)
 	create(t, newTenant(ns, "newsroom"))
+	serveTenant(t, ns, "newsroom")
 	create(t, newPolicy(ns, "desk", "newsroom", func(p *v1alpha1.OwnershipPolicy) {
 		p.Spec.NotOwner = v1alpha1.NotOwnerRefuse
 		p.Spec.Owners = []v1alpha1.OwnerRule{{StoryIDPattern: "wire-.*", SystemID: "wire"}}
@@ -62,6 +64,7 @@ func TestOwnershipPolicy(t *testing.T) {
 func TestOwnershipPolicyInvalid(t *testing.T) {
 	ns := newNamespace(t)
 	create(t, newTenant(ns, "newsroom"))
+	serveTenant(t, ns, "newsroom")
 	tn := &v1alpha1.Tenant{}
 	waitCondition(t, ns, "newsroom", tn, tenantGen, v1alpha1.ConditionConfigurationValid, metav1.ConditionTrue, v1alpha1.ReasonCompiled)
 	goodHash := tn.Status.ConfigHash
@@ -72,6 +75,12 @@ func TestOwnershipPolicyInvalid(t *testing.T) {
 	p := &v1alpha1.OwnershipPolicy{}
 	waitCondition(t, ns, "broken", p, policyGen, v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonInvalidSpec)
 	waitEvent(t, ns, "OwnershipPolicy", "broken", v1alpha1.ReasonInvalidSpec)
+	waitCondition(t, ns, "broken", p, policyGen, v1alpha1.ConditionInForce, metav1.ConditionFalse, v1alpha1.ReasonTenantConfigurationInvalid)
+	for _, c := range p.Status.Conditions {
+		if strings.Contains(c.Message, "folded") {
+			t.Errorf("the bad policy claims it was folded in: %+v", c)
+		}
+	}
 	waitCondition(t, ns, "newsroom", tn, tenantGen, v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonInvalidConfiguration)
 	waitEvent(t, ns, "Tenant", "newsroom", v1alpha1.ReasonInvalidConfiguration)
 	_, cm, err := workspaceOf(ns, "newsroom")
@@ -99,5 +108,6 @@ func TestOwnershipPolicyDanglingTenant(t *testing.T) {
 	waitCondition(t, ns, "lost", p, policyGen, v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonTenantNotFound)
 	waitEvent(t, ns, "OwnershipPolicy", "lost", v1alpha1.ReasonTenantNotFound)
 	create(t, newTenant(ns, "ghost"))
+	serveTenant(t, ns, "ghost")
 	waitCondition(t, ns, "lost", p, policyGen, v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonReady)
 }

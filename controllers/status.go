@@ -7,11 +7,14 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	"github.com/storybus/storybus/api/v1alpha1"
 )
@@ -131,4 +134,84 @@ func boolInt(b bool) int {
 func controlledBy(obj, owner metav1.Object) bool {
 	ref := metav1.GetControllerOf(obj)
 	return ref != nil && ref.UID == owner.GetUID()
+}
+
+// inForceCondition is the InForce condition of an object of kind and name
+// at generation gen that Tenant t compiles into its configuration; for a
+// Connection, rotatedAt is its credentials' rotation time, which must be
+// the one compiled. refs is the object's reference check: an object whose
+// references do not resolve is not in force, for that reason.
+func inForceCondition(refs refsObservation, t *v1alpha1.Tenant, kind, name string, gen int64, rotatedAt *metav1.Time) metav1.Condition {
+	if refs.reason != "" {
+		return cond(v1alpha1.ConditionInForce, metav1.ConditionFalse, refs.reason, "%s", refs.message)
+	}
+	compiled := false
+	for _, o := range t.Status.Compiled {
+		if o.Kind == kind && o.Name == name {
+			compiled = o.Generation == gen && sameTime(o.CredentialsRotatedAt, rotatedAt)
+			break
+		}
+	}
+	if !compiled {
+		if c := meta.FindStatusCondition(t.Status.Conditions, v1alpha1.ConditionConfigurationValid); c != nil && c.Status == metav1.ConditionFalse {
+			return cond(v1alpha1.ConditionInForce, metav1.ConditionFalse, v1alpha1.ReasonTenantConfigurationInvalid,
+				"generation %d is not in force: Tenant %s's configuration does not compile: %s", gen, t.Name, c.Message)
+		}
+		return cond(v1alpha1.ConditionInForce, metav1.ConditionFalse, v1alpha1.ReasonNotCompiled,
+			"generation %d is not yet compiled into Tenant %s's configuration", gen, t.Name)
+	}
+	if t.Status.LoadedConfigHash != t.Status.ConfigHash {
+		why := "its bus pods do not serve it yet"
+		if c := meta.FindStatusCondition(t.Status.Conditions, v1alpha1.ConditionReady); c != nil && c.Status != metav1.ConditionTrue {
+			why += ": " + c.Message
+		}
+		return cond(v1alpha1.ConditionInForce, metav1.ConditionFalse, v1alpha1.ReasonTenantNotServing,
+			"generation %d is compiled into configuration %d of Tenant %s, but %s", gen, t.Status.ConfigGeneration, t.Name, why)
+	}
+	return cond(v1alpha1.ConditionInForce, metav1.ConditionTrue, v1alpha1.ReasonConfigurationLoaded,
+		"generation %d is in force: configuration %d of Tenant %s, served by its bus pods", gen, t.Status.ConfigGeneration, t.Name)
+}
+
+// sameTime reports whether a and b are both unset or the same instant.
+func sameTime(a, b *metav1.Time) bool {
+	if a == nil || b == nil {
+		return a == nil && b == nil
+	}
+	return a.Equal(b)
+}
+
+// specChanged passes creations, deletions and updates that change an
+// object's generation (its spec) or start its deletion: an object's own
+// status writes do not reconcile the objects that watch it.
+var specChanged = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		return e.ObjectOld.GetGeneration() != e.ObjectNew.GetGeneration() ||
+			!e.ObjectOld.GetDeletionTimestamp().Equal(e.ObjectNew.GetDeletionTimestamp())
+	},
+}
+
+// tenantInForceChanged passes the Tenant events that can change whether
+// its dependents are in force: spec or deletion changes, and changes of
+// the configuration compiled or loaded, of ConfigurationValid, or of Ready.
+var tenantInForceChanged = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		if specChanged.Update(e) {
+			return true
+		}
+		old, cur := e.ObjectOld.(*v1alpha1.Tenant), e.ObjectNew.(*v1alpha1.Tenant)
+		return old.Status.ConfigHash != cur.Status.ConfigHash ||
+			old.Status.LoadedConfigHash != cur.Status.LoadedConfigHash ||
+			!equality.Semantic.DeepEqual(old.Status.Compiled, cur.Status.Compiled) ||
+			conditionChanged(old.Status.Conditions, cur.Status.Conditions, v1alpha1.ConditionConfigurationValid) ||
+			conditionChanged(old.Status.Conditions, cur.Status.Conditions, v1alpha1.ConditionReady)
+	},
+}
+
+// conditionChanged reports whether condition typ differs between a and b.
+func conditionChanged(a, b []metav1.Condition, typ string) bool {
+	x, y := meta.FindStatusCondition(a, typ), meta.FindStatusCondition(b, typ)
+	if x == nil || y == nil {
+		return x != y
+	}
+	return x.Status != y.Status || x.Reason != y.Reason || x.Message != y.Message
 }

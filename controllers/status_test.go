@@ -3,6 +3,8 @@ package controllers
 import (
 	"errors"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -54,42 +56,76 @@ func TestTenantStatus(t *testing.T) {
 		want: []wantCond{{v1alpha1.ConditionReady, U, v1alpha1.ReasonReconciling}},
 	}, {
 		name: "compiled, no replica ready",
-		obs:  tenantObservation{desired: 1, compiled: true, stsObserved: true},
+		obs:  tenantObservation{desired: 1, compiled: true, stsObserved: true, hasConfig: true, inForceHash: "sha256:a", podsObserved: true},
 		want: []wantCond{
 			{v1alpha1.ConditionConfigurationValid, T, v1alpha1.ReasonCompiled},
 			{v1alpha1.ConditionAvailable, F, v1alpha1.ReasonReplicasNotReady},
+			{v1alpha1.ConditionConfigurationLoaded, F, v1alpha1.ReasonConfigurationNotLoaded},
 			{v1alpha1.ConditionReady, F, v1alpha1.ReasonReplicasNotReady},
+		},
+	}, {
+		name: "never a valid configuration: no bus",
+		obs:  tenantObservation{desired: 1, compiled: true, compileErr: errors.New("bad pattern"), stsObserved: true},
+		want: []wantCond{
+			{v1alpha1.ConditionConfigurationValid, F, v1alpha1.ReasonInvalidConfiguration},
+			{v1alpha1.ConditionAvailable, F, v1alpha1.ReasonAwaitingConfiguration},
+			{v1alpha1.ConditionReady, F, v1alpha1.ReasonInvalidConfiguration},
 		},
 	}, {
 		name: "compiled, some replicas ready",
-		obs:  tenantObservation{desired: 3, ready: 2, compiled: true, stsObserved: true},
+		obs:  tenantObservation{desired: 3, ready: 2, compiled: true, stsObserved: true, hasConfig: true, inForceHash: "sha256:a", podsObserved: true, loads: loaded("sha256:a", 2)},
 		want: []wantCond{
 			{v1alpha1.ConditionConfigurationValid, T, v1alpha1.ReasonCompiled},
 			{v1alpha1.ConditionAvailable, F, v1alpha1.ReasonReplicasNotReady},
+			{v1alpha1.ConditionConfigurationLoaded, T, v1alpha1.ReasonConfigurationLoaded},
 			{v1alpha1.ConditionReady, F, v1alpha1.ReasonReplicasNotReady},
 		},
 	}, {
-		name: "compiled, every replica ready",
-		obs:  tenantObservation{desired: 3, ready: 3, compiled: true, stsObserved: true},
+		name: "compiled, every replica ready and serving it",
+		obs:  tenantObservation{desired: 3, ready: 3, compiled: true, stsObserved: true, hasConfig: true, inForceHash: "sha256:a", podsObserved: true, loads: loaded("sha256:a", 3)},
 		want: []wantCond{
 			{v1alpha1.ConditionConfigurationValid, T, v1alpha1.ReasonCompiled},
 			{v1alpha1.ConditionAvailable, T, v1alpha1.ReasonReplicasReady},
+			{v1alpha1.ConditionConfigurationLoaded, T, v1alpha1.ReasonConfigurationLoaded},
 			{v1alpha1.ConditionReady, T, v1alpha1.ReasonReady},
 		},
 	}, {
+		name: "every replica ready, one serving an older configuration",
+		obs: tenantObservation{desired: 2, ready: 2, compiled: true, stsObserved: true, hasConfig: true, inForceHash: "sha256:a", podsObserved: true,
+			loads: []podLoad{{pod: "x-0", hash: "sha256:a"}, {pod: "x-1", hash: "sha256:old"}}},
+		want: []wantCond{
+			{v1alpha1.ConditionConfigurationValid, T, v1alpha1.ReasonCompiled},
+			{v1alpha1.ConditionAvailable, T, v1alpha1.ReasonReplicasReady},
+			{v1alpha1.ConditionConfigurationLoaded, F, v1alpha1.ReasonConfigurationNotLoaded},
+			{v1alpha1.ConditionReady, F, v1alpha1.ReasonConfigurationNotLoaded},
+		},
+	}, {
+		name: "every replica ready, one that cannot be asked",
+		obs: tenantObservation{desired: 1, ready: 1, compiled: true, stsObserved: true, hasConfig: true, inForceHash: "sha256:a", podsObserved: true,
+			loads: []podLoad{{pod: "x-0", err: errors.New("connection refused")}}},
+		want: []wantCond{
+			{v1alpha1.ConditionConfigurationValid, T, v1alpha1.ReasonCompiled},
+			{v1alpha1.ConditionAvailable, T, v1alpha1.ReasonReplicasReady},
+			{v1alpha1.ConditionConfigurationLoaded, F, v1alpha1.ReasonConfigurationNotLoaded},
+			{v1alpha1.ConditionReady, F, v1alpha1.ReasonConfigurationNotLoaded},
+		},
+	}, {
 		name: "scaled to zero is never Ready",
-		obs:  tenantObservation{desired: 0, ready: 0, compiled: true, stsObserved: true},
+		obs:  tenantObservation{desired: 0, ready: 0, compiled: true, stsObserved: true, hasConfig: true, inForceHash: "sha256:a", podsObserved: true},
 		want: []wantCond{
 			{v1alpha1.ConditionConfigurationValid, T, v1alpha1.ReasonCompiled},
 			{v1alpha1.ConditionAvailable, F, v1alpha1.ReasonScaledToZero},
+			{v1alpha1.ConditionConfigurationLoaded, F, v1alpha1.ReasonConfigurationNotLoaded},
 			{v1alpha1.ConditionReady, F, v1alpha1.ReasonScaledToZero},
 		},
 	}, {
 		name: "invalid configuration wins over serving replicas",
-		obs:  tenantObservation{desired: 1, ready: 1, compiled: true, compileErr: errors.New("bad pattern"), stsObserved: true},
+		obs: tenantObservation{desired: 1, ready: 1, compiled: true, compileErr: errors.New("bad pattern"), stsObserved: true,
+			hasConfig: true, hadConfig: true, inForceHash: "sha256:a", podsObserved: true, loads: loaded("sha256:a", 1)},
 		want: []wantCond{
 			{v1alpha1.ConditionConfigurationValid, F, v1alpha1.ReasonInvalidConfiguration},
 			{v1alpha1.ConditionAvailable, T, v1alpha1.ReasonReplicasReady},
+			{v1alpha1.ConditionConfigurationLoaded, T, v1alpha1.ReasonConfigurationLoaded},
 			{v1alpha1.ConditionReady, F, v1alpha1.ReasonInvalidConfiguration},
 		},
 	}, {
@@ -120,12 +156,40 @@ func TestTenantStatus(t *testing.T) {
 // were, transition times included.
 func TestTenantStatusKeepsWhatWasNotObserved(t *testing.T) {
 	tn := &v1alpha1.Tenant{}
-	applyTenantStatus(tn, tenantObservation{generation: 1, desired: 1, ready: 1, compiled: true, stsObserved: true})
+	applyTenantStatus(tn, tenantObservation{generation: 1, desired: 1, ready: 1, compiled: true, stsObserved: true, hasConfig: true})
 	before := *findCondition(tn.Status.Conditions, v1alpha1.ConditionAvailable)
 	applyTenantStatus(tn, tenantObservation{generation: 2, desired: 1, compiled: true})
 	after := findCondition(tn.Status.Conditions, v1alpha1.ConditionAvailable)
 	if after.Status != metav1.ConditionTrue || !after.LastTransitionTime.Equal(&before.LastTransitionTime) || tn.Status.ReadyReplicas != 1 {
 		t.Errorf("available %+v, readyReplicas %d", after, tn.Status.ReadyReplicas)
+	}
+}
+
+// loaded is n ready pods serving hash.
+func loaded(hash string, n int) []podLoad {
+	var out []podLoad
+	for i := range n {
+		out = append(out, podLoad{pod: "bus-" + strconv.Itoa(i), hash: hash})
+	}
+	return out
+}
+
+// The ConfigurationValid message says what is true: the last valid
+// configuration is kept only when there was one.
+func TestTenantInvalidConfigurationMessage(t *testing.T) {
+	for _, tc := range []struct {
+		obs  tenantObservation
+		want string
+	}{
+		{tenantObservation{compiled: true, compileErr: errors.New("policies[0] x: rego_parse_error")},
+			"policies[0] x: rego_parse_error; there has been no valid configuration, so no bus runs"},
+		{tenantObservation{compiled: true, compileErr: errors.New("policies[0] x: rego_parse_error"), hadConfig: true, hasConfig: true, inForceHash: "sha256:a"},
+			"policies[0] x: rego_parse_error; the ConfigMap keeps the last valid configuration sha256:a"},
+	} {
+		c := findCondition(tenantConditions(tc.obs), v1alpha1.ConditionConfigurationValid)
+		if c == nil || c.Message != tc.want {
+			t.Errorf("got %+v, want message %q", c, tc.want)
+		}
 	}
 }
 
@@ -135,24 +199,27 @@ func TestConnectionStatus(t *testing.T) {
 		F = metav1.ConditionFalse
 	)
 	resolved := refsObservation{checked: true}
+	inForce := &metav1.Condition{Type: v1alpha1.ConditionInForce, Status: T, Reason: v1alpha1.ReasonConfigurationLoaded}
 	tests := []struct {
 		name string
 		obs  connectionObservation
 		want []wantCond
 	}{{
 		name: "generated credentials, tenant found",
-		obs:  connectionObservation{refs: resolved, secretSeen: true, owned: true, clientID: "cms"},
+		obs:  connectionObservation{refs: resolved, secretSeen: true, owned: true, clientID: "cms", inForce: inForce},
 		want: []wantCond{
 			{v1alpha1.ConditionResolvedRefs, T, v1alpha1.ReasonResolved},
 			{v1alpha1.ConditionCredentialsReady, T, v1alpha1.ReasonCredentialsGenerated},
+			{v1alpha1.ConditionInForce, T, v1alpha1.ReasonConfigurationLoaded},
 			{v1alpha1.ConditionReady, T, v1alpha1.ReasonReady},
 		},
 	}, {
 		name: "reused credentials",
-		obs:  connectionObservation{refs: resolved, secretSeen: true, clientID: "cms"},
+		obs:  connectionObservation{refs: resolved, secretSeen: true, clientID: "cms", inForce: inForce},
 		want: []wantCond{
 			{v1alpha1.ConditionResolvedRefs, T, v1alpha1.ReasonResolved},
 			{v1alpha1.ConditionCredentialsReady, T, v1alpha1.ReasonCredentialsReused},
+			{v1alpha1.ConditionInForce, T, v1alpha1.ReasonConfigurationLoaded},
 			{v1alpha1.ConditionReady, T, v1alpha1.ReasonReady},
 		},
 	}, {
@@ -183,25 +250,87 @@ func TestConnectionStatus(t *testing.T) {
 }
 
 func TestGrantAndPolicyStatus(t *testing.T) {
-	g := &v1alpha1.Grant{}
-	setConditions(g, 1, grantConditions(refsObservation{checked: true, reason: v1alpha1.ReasonConnectionNotFound}), v1alpha1.ConditionResolvedRefs)
+	g := &v1alpha1.Grant{ObjectMeta: metav1.ObjectMeta{Name: "g", Generation: 1}}
+	setConditions(g, 1, grantConditions(refsObservation{checked: true, reason: v1alpha1.ReasonConnectionNotFound}, nil, g), v1alpha1.ConditionResolvedRefs, v1alpha1.ConditionInForce)
 	checkConds(t, g.Status.Conditions, 1, []wantCond{
 		{v1alpha1.ConditionResolvedRefs, metav1.ConditionFalse, v1alpha1.ReasonConnectionNotFound},
+		{v1alpha1.ConditionInForce, metav1.ConditionFalse, v1alpha1.ReasonConnectionNotFound},
 		{v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonConnectionNotFound},
 	})
-	setConditions(g, 2, grantConditions(refsObservation{checked: true}), v1alpha1.ConditionResolvedRefs)
-	checkConds(t, g.Status.Conditions, 2, []wantCond{
+	serving := servingTenant(v1alpha1.CompiledObject{Kind: "Grant", Name: "g", Generation: 1})
+	setConditions(g, 1, grantConditions(refsObservation{checked: true}, serving, g), v1alpha1.ConditionResolvedRefs, v1alpha1.ConditionInForce)
+	checkConds(t, g.Status.Conditions, 1, []wantCond{
 		{v1alpha1.ConditionResolvedRefs, metav1.ConditionTrue, v1alpha1.ReasonResolved},
+		{v1alpha1.ConditionInForce, metav1.ConditionTrue, v1alpha1.ReasonConfigurationLoaded},
 		{v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonReady},
 	})
 
-	p := &v1alpha1.OwnershipPolicy{}
-	setConditions(p, 1, ownershipPolicyConditions(refsObservation{checked: true}, errors.New("owners[0]: bad")), v1alpha1.ConditionAccepted, v1alpha1.ConditionResolvedRefs)
+	p := &v1alpha1.OwnershipPolicy{ObjectMeta: metav1.ObjectMeta{Name: "p", Generation: 1}}
+	frozen := servingTenant()
+	frozen.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionConfigurationValid, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonInvalidConfiguration, Message: "owners[0]: bad"}}
+	setConditions(p, 1, ownershipPolicyConditions(refsObservation{checked: true}, errors.New("owners[0]: bad"), frozen, p),
+		v1alpha1.ConditionAccepted, v1alpha1.ConditionResolvedRefs, v1alpha1.ConditionInForce)
 	checkConds(t, p.Status.Conditions, 1, []wantCond{
 		{v1alpha1.ConditionAccepted, metav1.ConditionFalse, v1alpha1.ReasonInvalidSpec},
 		{v1alpha1.ConditionResolvedRefs, metav1.ConditionTrue, v1alpha1.ReasonResolved},
+		{v1alpha1.ConditionInForce, metav1.ConditionFalse, v1alpha1.ReasonTenantConfigurationInvalid},
 		{v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonInvalidSpec},
 	})
+	if c := findCondition(p.Status.Conditions, v1alpha1.ConditionResolvedRefs); strings.Contains(c.Message, "folded") {
+		t.Errorf("the bad policy claims it was folded in: %q", c.Message)
+	}
+}
+
+// servingTenant is a Tenant whose bus pods serve the configuration
+// compiled from objs.
+func servingTenant(objs ...v1alpha1.CompiledObject) *v1alpha1.Tenant {
+	t := &v1alpha1.Tenant{ObjectMeta: metav1.ObjectMeta{Name: "newsroom"}}
+	t.Status.ConfigHash, t.Status.LoadedConfigHash, t.Status.ConfigGeneration = "sha256:a", "sha256:a", 3
+	t.Status.Compiled = objs
+	return t
+}
+
+// An object is in force only when its current generation (and, for a
+// Connection, its current credentials) is compiled into the configuration
+// the bus pods serve.
+func TestInForceCondition(t *testing.T) {
+	rotated := metav1.NewTime(time.Unix(1_800_000_000, 0))
+	later := metav1.NewTime(rotated.Add(time.Second))
+	grant := v1alpha1.CompiledObject{Kind: "Grant", Name: "g", Generation: 2}
+	conn := v1alpha1.CompiledObject{Kind: "Connection", Name: "c", Generation: 1, CredentialsRotatedAt: &rotated}
+	invalid := servingTenant(grant)
+	invalid.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionConfigurationValid, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonInvalidConfiguration, Message: "policies[0] x: rego_parse_error"}}
+	notLoadedYet := servingTenant(grant)
+	notLoadedYet.Status.LoadedConfigHash = "sha256:old"
+	for name, tc := range map[string]struct {
+		refs      refsObservation
+		t         *v1alpha1.Tenant
+		kind      string
+		name      string
+		gen       int64
+		rotatedAt *metav1.Time
+		status    metav1.ConditionStatus
+		reason    string
+		message   string
+	}{
+		"in force":                    {t: servingTenant(grant), kind: "Grant", name: "g", gen: 2, status: metav1.ConditionTrue, reason: v1alpha1.ReasonConfigurationLoaded},
+		"older generation compiled":   {t: servingTenant(grant), kind: "Grant", name: "g", gen: 3, status: metav1.ConditionFalse, reason: v1alpha1.ReasonNotCompiled},
+		"not in the configuration":    {t: servingTenant(grant), kind: "Grant", name: "other", gen: 1, status: metav1.ConditionFalse, reason: v1alpha1.ReasonNotCompiled},
+		"same name, another kind":     {t: servingTenant(grant), kind: "OwnershipPolicy", name: "g", gen: 2, status: metav1.ConditionFalse, reason: v1alpha1.ReasonNotCompiled},
+		"frozen by the Tenant":        {t: invalid, kind: "Grant", name: "new", gen: 1, status: metav1.ConditionFalse, reason: v1alpha1.ReasonTenantConfigurationInvalid, message: "rego_parse_error"},
+		"in the last valid one":       {t: invalid, kind: "Grant", name: "g", gen: 2, status: metav1.ConditionTrue, reason: v1alpha1.ReasonConfigurationLoaded},
+		"compiled, not loaded":        {t: notLoadedYet, kind: "Grant", name: "g", gen: 2, status: metav1.ConditionFalse, reason: v1alpha1.ReasonTenantNotServing},
+		"credentials in force":        {t: servingTenant(conn), kind: "Connection", name: "c", gen: 1, rotatedAt: &rotated, status: metav1.ConditionTrue, reason: v1alpha1.ReasonConfigurationLoaded},
+		"rotation not yet compiled":   {t: servingTenant(conn), kind: "Connection", name: "c", gen: 1, rotatedAt: &later, status: metav1.ConditionFalse, reason: v1alpha1.ReasonNotCompiled},
+		"first rotation not compiled": {t: servingTenant(v1alpha1.CompiledObject{Kind: "Connection", Name: "c", Generation: 1}), kind: "Connection", name: "c", gen: 1, rotatedAt: &rotated, status: metav1.ConditionFalse, reason: v1alpha1.ReasonNotCompiled},
+		"dangling reference": {refs: refsObservation{checked: true, reason: v1alpha1.ReasonTenantNotFound, message: "Tenant x not found"}, t: &v1alpha1.Tenant{},
+			kind: "Grant", name: "g", gen: 1, status: metav1.ConditionFalse, reason: v1alpha1.ReasonTenantNotFound},
+	} {
+		c := inForceCondition(tc.refs, tc.t, tc.kind, tc.name, tc.gen, tc.rotatedAt)
+		if c.Type != v1alpha1.ConditionInForce || c.Status != tc.status || c.Reason != tc.reason || !strings.Contains(c.Message, tc.message) {
+			t.Errorf("%s: %+v, want %s/%s with %q", name, c, tc.status, tc.reason, tc.message)
+		}
+	}
 }
 
 func TestChangedConditions(t *testing.T) {
@@ -314,9 +443,9 @@ func TestWorkspaceClaim(t *testing.T) {
 	}
 }
 
-// Only a Connection change that can change the Tenant's configuration
-// reconciles the Tenant.
-func TestConnectionChangesTenant(t *testing.T) {
+// Status-only writes of a Connection, Grant, OwnershipPolicy or Tenant do
+// not reconcile the objects that watch it; spec changes and deletions do.
+func TestSpecChanged(t *testing.T) {
 	base := &v1alpha1.Connection{ObjectMeta: metav1.ObjectMeta{Name: "cms", Generation: 1}}
 	rotated := metav1.Now()
 	for name, tc := range map[string]struct {
@@ -324,15 +453,42 @@ func TestConnectionChangesTenant(t *testing.T) {
 		want   bool
 	}{
 		"spec":        {func(c *v1alpha1.Connection) { c.Generation = 2 }, true},
-		"rotation":    {func(c *v1alpha1.Connection) { c.Status.CredentialsRotatedAt = &rotated }, true},
 		"deletion":    {func(c *v1alpha1.Connection) { c.DeletionTimestamp = &rotated }, true},
+		"rotation":    {func(c *v1alpha1.Connection) { c.Status.CredentialsRotatedAt = &rotated }, false},
 		"conditions":  {func(c *v1alpha1.Connection) { c.Status.Conditions = []metav1.Condition{{Type: "Ready"}} }, false},
 		"client id":   {func(c *v1alpha1.Connection) { c.Status.ClientID = "cms-1" }, false},
 		"annotations": {func(c *v1alpha1.Connection) { c.Annotations = map[string]string{"a": "b"} }, false},
 	} {
 		cur := base.DeepCopy()
 		tc.change(cur)
-		if got := connectionChangesTenant.Update(event.UpdateEvent{ObjectOld: base, ObjectNew: cur}); got != tc.want {
+		if got := specChanged.Update(event.UpdateEvent{ObjectOld: base, ObjectNew: cur}); got != tc.want {
+			t.Errorf("%s: %v, want %v", name, got, tc.want)
+		}
+	}
+}
+
+// A Tenant's status writes reach its dependents only when they change what
+// is in force.
+func TestTenantInForceChanged(t *testing.T) {
+	base := servingTenant(v1alpha1.CompiledObject{Kind: "Grant", Name: "g", Generation: 1})
+	base.Generation = 1
+	for name, tc := range map[string]struct {
+		change func(*v1alpha1.Tenant)
+		want   bool
+	}{
+		"spec":           {func(t *v1alpha1.Tenant) { t.Generation = 2 }, true},
+		"compiled":       {func(t *v1alpha1.Tenant) { t.Status.Compiled[0].Generation = 2 }, true},
+		"config hash":    {func(t *v1alpha1.Tenant) { t.Status.ConfigHash = "sha256:b" }, true},
+		"loaded":         {func(t *v1alpha1.Tenant) { t.Status.LoadedConfigHash = "" }, true},
+		"ready":          {func(t *v1alpha1.Tenant) { t.Status.Conditions = []metav1.Condition{{Type: "Ready", Status: "False"}} }, true},
+		"ready replicas": {func(t *v1alpha1.Tenant) { t.Status.ReadyReplicas = 3 }, false},
+		"available": {func(t *v1alpha1.Tenant) {
+			t.Status.Conditions = []metav1.Condition{{Type: "Available", Status: "False"}}
+		}, false},
+	} {
+		cur := base.DeepCopy()
+		tc.change(cur)
+		if got := tenantInForceChanged.Update(event.UpdateEvent{ObjectOld: base, ObjectNew: cur}); got != tc.want {
 			t.Errorf("%s: %v, want %v", name, got, tc.want)
 		}
 	}

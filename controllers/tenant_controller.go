@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -25,7 +24,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
-	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -45,6 +43,9 @@ type TenantReconciler struct {
 	Secrets *Secrets
 	// Recorder records Events on the Tenant.
 	Recorder events.EventRecorder
+	// Prober asks ready bus pods which configuration they serve; nil means
+	// an HTTPConfigProber.
+	Prober ConfigProber
 	Options
 }
 
@@ -67,11 +68,21 @@ type tenantScope struct {
 	// workspaceConflict is an older Tenant using the workspace id on the
 	// same external NATS cluster.
 	workspaceConflict error
+	// compiledFrom lists the objects the configuration was compiled from.
+	compiledFrom []v1alpha1.CompiledObject
+	// hasConfigMap is true when a valid configuration exists in the
+	// ConfigMap (written now or before); the bus is created only then.
+	hasConfigMap bool
 	// sts is the StatefulSet as last observed; nil when not observed.
 	sts *appsv1.StatefulSet
 	// requeueAfter, when set, has the Tenant looked at again that soon
 	// for something no watch reports.
 	requeueAfter time.Duration
+	// podsObserved is true when the pods phase ran: loads is what each
+	// ready bus pod said it serves, problems why others are not ready.
+	podsObserved bool
+	loads        []podLoad
+	problems     []string
 }
 
 // +kubebuilder:rbac:groups=bus.storybus.io,resources=tenants,verbs=get;list;watch;update;patch
@@ -124,6 +135,7 @@ func (r *TenantReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ c
 		r.reconcilePDB,
 		r.expandVolumes,
 		r.reconcileNetworkPolicy,
+		r.observePods,
 	}
 	for _, phase := range phases {
 		if err := phase(ctx, s); err != nil {
@@ -133,7 +145,25 @@ func (r *TenantReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ c
 	if s.compileErr != nil {
 		return ctrl.Result{}, reconcile.TerminalError(s.compileErr)
 	}
+	if len(s.loads) > 0 && loadedHash(s.loads) != s.inForceHash() && (s.requeueAfter == 0 || s.requeueAfter > loadedRecheck) {
+		// Kubelet brings a ConfigMap change to the pods within a minute or
+		// so, and pod events do not say when: ask again.
+		s.requeueAfter = loadedRecheck
+	}
 	return ctrl.Result{RequeueAfter: s.requeueAfter}, nil
+}
+
+// loadedRecheck is how often the operator asks bus pods again while they
+// do not serve the compiled configuration.
+const loadedRecheck = 3 * time.Second
+
+// inForceHash is the hash of the configuration in the ConfigMap: compiled
+// now, or the last valid one.
+func (s *tenantScope) inForceHash() string {
+	if s.configHash != "" {
+		return s.configHash
+	}
+	return s.tenant.Status.ConfigHash
 }
 
 // nameConflict records that name is taken by an object the Tenant does
@@ -266,13 +296,38 @@ func (r *TenantReconciler) compile(ctx context.Context, s *tenantScope) error {
 		s.compileErr = err
 		return nil
 	}
+	s.compiledFrom = compiledObjects(in)
 	b, err := MarshalWorkspace(w)
 	if err != nil {
 		return fmt.Errorf("marshal workspace configuration: %w", err)
 	}
-	s.configYAML, s.configHash, s.connections = b, ConfigHash(b), len(w.Connections)
+	// The document names its own hash, so a bus pod reports the same one
+	// whatever the bytes of the file it reads.
+	s.configHash = ConfigHash(b)
+	s.configYAML, s.connections = fmt.Appendf(b, "configHash: %s\n", s.configHash), len(w.Connections)
 	s.secretFiles = workspace.SecretFiles(in)
 	return nil
+}
+
+// compiledObjects lists the objects of in, in the order compiled.
+func compiledObjects(in workspace.Input) []v1alpha1.CompiledObject {
+	var out []v1alpha1.CompiledObject
+	for i := range in.Connections {
+		c := &in.Connections[i]
+		o := v1alpha1.CompiledObject{Kind: "Connection", Name: c.Name, Generation: c.Generation}
+		if at := workspace.CredentialsRotatedAt(in.Secrets[c.CredentialsSecretName()]); at != nil {
+			t := metav1.NewTime(*at)
+			o.CredentialsRotatedAt = &t
+		}
+		out = append(out, o)
+	}
+	for _, g := range in.Grants {
+		out = append(out, v1alpha1.CompiledObject{Kind: "Grant", Name: g.Name, Generation: g.Generation})
+	}
+	for _, p := range in.OwnershipPolicies {
+		out = append(out, v1alpha1.CompiledObject{Kind: "OwnershipPolicy", Name: p.Name, Generation: p.Generation})
+	}
+	return out
 }
 
 // MarshalWorkspace writes a workspace configuration as the YAML document
@@ -286,11 +341,8 @@ func MarshalWorkspace(w *config.Workspace) ([]byte, error) {
 }
 
 // ConfigHash is the hash of a configuration document as the operator
-// annotates it: "sha256:" and the hex digest.
-func ConfigHash(b []byte) string {
-	sum := sha256.Sum256(b)
-	return "sha256:" + hex.EncodeToString(sum[:])
-}
+// annotates it and the bus reports it (config.DocumentHash).
+func ConfigHash(b []byte) string { return config.DocumentHash(b) }
 
 // apply server-side applies obj as the operator's field manager, taking
 // over fields someone else changed: that is how drift is repaired.
@@ -303,13 +355,20 @@ func (r *TenantReconciler) apply(ctx context.Context, obj runtime.ApplyConfigura
 
 func (r *TenantReconciler) reconcileConfigMap(ctx context.Context, s *tenantScope) error {
 	t := s.tenant
-	if err := r.checkOwnership(ctx, s, "ConfigMap", configMapName(t), &corev1.ConfigMap{}); err != nil {
+	cm := &corev1.ConfigMap{}
+	if err := r.checkOwnership(ctx, s, "ConfigMap", configMapName(t), cm); err != nil {
 		return err
 	}
 	if s.configYAML == nil {
-		return nil // keep the last valid configuration
+		// Keep the last valid configuration, if there is one.
+		s.hasConfigMap = cm.Data[ConfigFile] != ""
+		return nil
 	}
-	return r.apply(ctx, desiredConfigMap(t, s.configYAML, s.configHash), "configmap")
+	if err := r.apply(ctx, desiredConfigMap(t, s.configYAML, s.configHash), "configmap"); err != nil {
+		return err
+	}
+	s.hasConfigMap = true
+	return nil
 }
 
 func (r *TenantReconciler) reconcileServices(ctx context.Context, s *tenantScope) error {
@@ -331,6 +390,11 @@ func (r *TenantReconciler) reconcileStatefulSet(ctx context.Context, s *tenantSc
 	if err := r.checkOwnership(ctx, s, "StatefulSet", busName(t), sts); err != nil {
 		return err
 	}
+	if !s.hasConfigMap {
+		// Its pods would wait for a ConfigMap that does not exist.
+		s.sts = &appsv1.StatefulSet{}
+		return nil
+	}
 	desired := desiredStatefulSet(t, r.Options)
 	keepClaimTemplateSize(desired, sts)
 	if err := r.apply(ctx, desired, "statefulset"); err != nil {
@@ -351,7 +415,46 @@ func (r *TenantReconciler) reconcilePDB(ctx context.Context, s *tenantScope) err
 	if err := r.checkOwnership(ctx, s, "PodDisruptionBudget", busName(t), &policyv1.PodDisruptionBudget{}); err != nil {
 		return err
 	}
+	if !s.hasConfigMap {
+		return nil
+	}
 	return r.apply(ctx, desiredPDB(t), "poddisruptionbudget")
+}
+
+// observePods asks every ready bus pod which configuration it serves, and
+// reads why the others are not ready (their pods and volume claims).
+func (r *TenantReconciler) observePods(ctx context.Context, s *tenantScope) error {
+	if s.sts == nil || !s.hasConfigMap {
+		return nil
+	}
+	t := s.tenant
+	var pods corev1.PodList
+	if err := r.List(ctx, &pods, client.InNamespace(t.Namespace), client.MatchingLabels{LabelTenant: t.Name, LabelManagedBy: FieldManager}); err != nil {
+		return fmt.Errorf("list bus pods: %w", err)
+	}
+	prober := r.Prober
+	if prober == nil {
+		prober = &HTTPConfigProber{}
+	}
+	ready := 0
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if !podReady(p) {
+			continue
+		}
+		ready++
+		hash, err := prober.LoadedConfigHash(ctx, p, t.EffectiveWorkspaceID())
+		s.loads = append(s.loads, podLoad{pod: p.Name, hash: hash, err: err})
+	}
+	if ready < int(t.EffectiveReplicas()) {
+		var pvcs corev1.PersistentVolumeClaimList
+		if err := r.List(ctx, &pvcs, client.InNamespace(t.Namespace), client.MatchingLabels(selectorLabels(t))); err != nil {
+			return fmt.Errorf("list volume claims: %w", err)
+		}
+		s.problems = podProblems(pods.Items, pvcs.Items)
+	}
+	s.podsObserved = true
+	return nil
 }
 
 // finalize applies the deletion policy, then lets the Tenant go. Its
@@ -406,21 +509,24 @@ func randomHex(n int) string {
 // SetupWithManager registers the reconciler and its watches.
 func (r *TenantReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return r.Secrets.Watch(ctrl.NewControllerManagedBy(mgr), r.secretToTenants).
-		For(&v1alpha1.Tenant{}).
+		For(&v1alpha1.Tenant{}, builder.WithPredicates(predicate.Or[client.Object](specChanged, predicate.LabelChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
 		Owns(&appsv1.StatefulSet{}).
 		Owns(&corev1.Service{}).
 		Owns(&corev1.ConfigMap{}).
 		Owns(&corev1.Secret{}).
 		Owns(&policyv1.PodDisruptionBudget{}).
 		Owns(&networkingv1.NetworkPolicy{}).
+		// A Connection's status writes cannot change the configuration:
+		// its credentials and their rotation time come through the Secret
+		// watch.
 		Watches(&v1alpha1.Connection{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 			return requestsFor(o.GetNamespace(), o.(*v1alpha1.Connection).Spec.TenantRef.Name)
-		}), builder.WithPredicates(connectionChangesTenant)).
+		}), builder.WithPredicates(specChanged)).
 		Watches(&v1alpha1.OwnershipPolicy{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 			return requestsFor(o.GetNamespace(), o.(*v1alpha1.OwnershipPolicy).Spec.TenantRef.Name)
-		})).
-		Watches(&v1alpha1.Grant{}, handler.EnqueueRequestsFromMapFunc(r.grantToTenant)).
-		Watches(&v1alpha1.Tenant{}, handler.EnqueueRequestsFromMapFunc(r.sameWorkspaceTenants)).
+		}), builder.WithPredicates(specChanged)).
+		Watches(&v1alpha1.Grant{}, handler.EnqueueRequestsFromMapFunc(r.grantToTenant), builder.WithPredicates(specChanged)).
+		Watches(&v1alpha1.Tenant{}, handler.EnqueueRequestsFromMapFunc(r.sameWorkspaceTenants), builder.WithPredicates(specChanged)).
 		Watches(&corev1.PersistentVolumeClaim{}, handler.EnqueueRequestsFromMapFunc(claimToTenant)).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 			return requestsFor(o.GetNamespace(), o.GetLabels()[LabelTenant])
@@ -428,20 +534,6 @@ func (r *TenantReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			return o.GetLabels()[LabelManagedBy] == FieldManager
 		}))).
 		Complete(observed{kind: "Tenant", inner: r})
-}
-
-// connectionChangesTenant passes the Connection events that can change its
-// Tenant's configuration: creation, deletion, a spec change, and a rotation
-// (status.credentialsRotatedAt). The Connection controller's other status
-// writes (conditions, clientID) cannot, and no longer reconcile the Tenant;
-// the credentials themselves come through the Secret watch.
-var connectionChangesTenant = predicate.Funcs{
-	UpdateFunc: func(e event.UpdateEvent) bool {
-		old, cur := e.ObjectOld.(*v1alpha1.Connection), e.ObjectNew.(*v1alpha1.Connection)
-		return old.Generation != cur.Generation ||
-			!old.DeletionTimestamp.Equal(cur.DeletionTimestamp) ||
-			!old.Status.CredentialsRotatedAt.Equal(cur.Status.CredentialsRotatedAt)
-	},
 }
 
 func (r *TenantReconciler) grantToTenant(ctx context.Context, o client.Object) []reconcile.Request {

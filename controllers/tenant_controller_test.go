@@ -65,7 +65,7 @@ func TestTenantCreate(t *testing.T) {
 	if w.ID != "newsroom" || w.SigningKeyFile != "/etc/storybus/config/signingKey" || w.SigningKey != "" {
 		t.Errorf("workspace %+v", w)
 	}
-	if h := cm.Annotations[v1alpha1.AnnotationConfigHash]; h == "" || h != tn.Status.ConfigHash || h != ConfigHash([]byte(cm.Data[ConfigFile])) {
+	if h := cm.Annotations[v1alpha1.AnnotationConfigHash]; h == "" || h != tn.Status.ConfigHash || h != w.Hash || h != ConfigHash([]byte(strings.TrimSuffix(cm.Data[ConfigFile], "configHash: "+h+"\n"))) {
 		t.Errorf("config hash: annotation %q, status %q", h, tn.Status.ConfigHash)
 	}
 
@@ -118,7 +118,7 @@ func TestTenantCreate(t *testing.T) {
 	waitEvent(t, ns, "Tenant", "newsroom", v1alpha1.ReasonReplicasNotReady)
 	waitEvent(t, ns, "Tenant", "newsroom", "SigningKeyGenerated")
 
-	markReady(t, ns, "newsroom")
+	serveTenant(t, ns, "newsroom")
 	waitCondition(t, ns, "newsroom", tn, tenantGen, v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonReady)
 	if err := hasCondition(tn, tn.Status.ObservedGeneration, v1alpha1.ConditionAvailable, metav1.ConditionTrue, v1alpha1.ReasonReplicasReady); err != nil {
 		t.Error(err)
@@ -382,7 +382,7 @@ func TestTenantExternalStorage(t *testing.T) {
 	if strings.Contains(args, "--data-dir") || len(sts.Spec.VolumeClaimTemplates) != 0 || *sts.Spec.Replicas != 3 {
 		t.Errorf("external storage: args %q, claims %d, replicas %d", args, len(sts.Spec.VolumeClaimTemplates), *sts.Spec.Replicas)
 	}
-	markReady(t, ns, "scale")
+	serveTenant(t, ns, "scale")
 	tn := &v1alpha1.Tenant{}
 	waitCondition(t, ns, "scale", tn, tenantGen, v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonReady)
 	if tn.Status.ReadyReplicas != 3 {

@@ -61,6 +61,14 @@ const (
 	// ConditionCredentialsReady is True when a Connection's credentials
 	// Secret holds a client id and secret.
 	ConditionCredentialsReady = "CredentialsReady"
+	// ConditionConfigurationLoaded is True when every ready bus pod of a
+	// Tenant reports, on its operations port, that it serves the
+	// configuration compiled into the Tenant's ConfigMap.
+	ConditionConfigurationLoaded = "ConfigurationLoaded"
+	// ConditionInForce is True when a Connection, Grant or OwnershipPolicy,
+	// at its current generation, is part of the configuration its Tenant's
+	// bus pods have loaded: only then does the bus act on it.
+	ConditionInForce = "InForce"
 )
 
 // Condition reasons. A reason is a CamelCase word a script can match on; the
@@ -104,6 +112,29 @@ const (
 	ReasonReplicasNotReady = "ReplicasNotReady"
 	// ReasonScaledToZero: spec.replicas is 0, so nothing serves.
 	ReasonScaledToZero = "ScaledToZero"
+	// ReasonAwaitingConfiguration: the Tenant has never had a valid
+	// configuration, so the operator has not created its bus.
+	ReasonAwaitingConfiguration = "AwaitingConfiguration"
+	// ReasonConfigurationLoaded: every ready bus pod serves the compiled
+	// configuration; for a dependent object, the configuration its bus
+	// pods serve contains it.
+	ReasonConfigurationLoaded = "ConfigurationLoaded"
+	// ReasonConfigurationNotLoaded: a ready bus pod serves another
+	// configuration than the compiled one (it has not reloaded yet, or
+	// could not be asked), or no bus pod is ready to serve it.
+	ReasonConfigurationNotLoaded = "ConfigurationNotLoaded"
+	// ReasonTenantConfigurationInvalid: the object is not in force because
+	// its Tenant's configuration does not compile (the Tenant's
+	// ConfigurationValid message says why); the bus serves the last valid
+	// configuration, without this object's current generation.
+	ReasonTenantConfigurationInvalid = "TenantConfigurationInvalid"
+	// ReasonNotCompiled: the Tenant's configuration has not yet been
+	// compiled with the object's current generation.
+	ReasonNotCompiled = "NotCompiled"
+	// ReasonTenantNotServing: the object is compiled but its Tenant's bus
+	// pods do not serve that configuration yet (the Tenant's Ready message
+	// says why).
+	ReasonTenantNotServing = "TenantNotServing"
 	// ReasonCredentialsGenerated: the operator generated the credentials
 	// Secret.
 	ReasonCredentialsGenerated = "CredentialsGenerated"
@@ -112,6 +143,16 @@ const (
 	ReasonCredentialsReused = "CredentialsReused"
 	// ReasonCredentialsRotated: the client secret was replaced on request.
 	ReasonCredentialsRotated = "CredentialsRotated"
+	// ReasonCredentialsChanged: the client secret in the credentials
+	// Secret was changed outside a rotation (by hand, or by re-applying a
+	// manifest). The operator treats it as a rotation: tokens issued before
+	// it are revoked.
+	ReasonCredentialsChanged = "CredentialsChanged"
+	// ReasonSecretReleased: a credentials Secret the operator generated was
+	// then applied by a user (it carries kubectl's last-applied
+	// configuration). The operator removes its owner reference: a Secret a
+	// user supplies is never owned, nor deleted, by the operator.
+	ReasonSecretReleased = "SecretReleased"
 	// ReasonSecretInUse: the named Secret is controlled by another object.
 	ReasonSecretInUse = "SecretInUse"
 	// ReasonSecretNotFound: a Secret the spec references (an IAM access key)
@@ -143,4 +184,9 @@ const (
 	// generated its client secret (RFC 3339); it becomes the Connection's
 	// status.credentialsRotatedAt.
 	AnnotationRotatedAt = "bus.storybus.io/rotated-at"
+	// AnnotationSecretHash on a credentials Secret is the hash of the
+	// client secret the operator last saw in it (the form of the
+	// configuration's secretHash). A Secret whose client secret no longer
+	// matches was changed outside a rotation.
+	AnnotationSecretHash = "bus.storybus.io/secret-hash"
 )

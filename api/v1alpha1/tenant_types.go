@@ -324,7 +324,8 @@ type TenantStatus struct {
 	// ObservedGeneration is the generation the status describes.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
-	// Conditions: Ready (the summary), ConfigurationValid, Available.
+	// Conditions: Ready (the summary), ConfigurationValid, Available,
+	// ConfigurationLoaded.
 	// +listType=map
 	// +listMapKey=type
 	// +optional
@@ -344,13 +345,47 @@ type TenantStatus struct {
 	// +kubebuilder:default=0
 	// +optional
 	ReadyReplicas int32 `json:"readyReplicas,omitempty"`
-	// ConfigHash is the hash of the workspace configuration last written.
+	// ConfigHash is the hash of the workspace configuration compiled into
+	// the Tenant's ConfigMap ("sha256:" and the hex digest of the document).
 	// +optional
 	ConfigHash string `json:"configHash,omitempty"`
+	// ConfigGeneration counts the configurations compiled into the
+	// ConfigMap: it grows by one each time ConfigHash changes.
+	// +optional
+	ConfigGeneration int64 `json:"configGeneration,omitempty"`
+	// LoadedConfigHash is the configuration every ready bus pod reports
+	// having loaded on its operations port (/configz); empty while no pod
+	// is ready or the ready pods serve different configurations.
+	// +optional
+	LoadedConfigHash string `json:"loadedConfigHash,omitempty"`
 	// Connections is the number of Connections in the configuration.
 	// +kubebuilder:default=0
 	// +optional
 	Connections int32 `json:"connections,omitempty"`
+	// Compiled lists the Connections, Grants and OwnershipPolicies, at the
+	// generation read, that the configuration of ConfigHash was compiled
+	// from. An object is in force when it is listed here at its current
+	// generation and LoadedConfigHash equals ConfigHash.
+	// +listType=atomic
+	// +optional
+	Compiled []CompiledObject `json:"compiled,omitempty"`
+}
+
+// CompiledObject is one object a Tenant's configuration was compiled from.
+type CompiledObject struct {
+	// Kind is Connection, Grant or OwnershipPolicy.
+	// +required
+	Kind string `json:"kind"`
+	// Name is the object's name, in the Tenant's namespace.
+	// +required
+	Name string `json:"name"`
+	// Generation is the object's metadata.generation that was compiled.
+	// +required
+	Generation int64 `json:"generation"`
+	// CredentialsRotatedAt is, for a Connection, the rotation time of the
+	// credentials compiled (the credentials Secret's rotated-at).
+	// +optional
+	CredentialsRotatedAt *metav1.Time `json:"credentialsRotatedAt,omitempty"`
 }
 
 // Tenant is a newsroom's bus workspace. The operator runs a StatefulSet of

@@ -96,6 +96,25 @@ type Workspace struct {
 
 	// source is what Load read the configuration from.
 	source source
+
+	// ConfigHash, when set, is the hash the operator gave the document:
+	// the DocumentHash of its bytes before this field was added. It names
+	// the document however a volume's files are written.
+	ConfigHash string `json:"configHash,omitempty"`
+
+	// Hash is ConfigHash, or else the DocumentHash of the bytes Parse read;
+	// empty for a configuration built in memory. The bus reports it on its
+	// operations port, so the operator can tell which configuration a pod
+	// has loaded.
+	Hash string `json:"-"`
+}
+
+// DocumentHash is the hash of a configuration document's bytes: "sha256:"
+// and the hex digest. The operator annotates its ConfigMap with it and the
+// bus reports it for the file it loaded, so the two can be compared.
+func DocumentHash(b []byte) string {
+	sum := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
 // Limits are a connection's rate limit and daily quota. Zero means unlimited.
@@ -290,10 +309,7 @@ func (c *Connection) CheckSecret(secret string) bool {
 }
 
 // HashSecret returns the SecretHash form of a client secret.
-func HashSecret(secret string) string {
-	sum := sha256.Sum256([]byte(secret))
-	return "sha256:" + hex.EncodeToString(sum[:])
-}
+func HashSecret(secret string) string { return DocumentHash([]byte(secret)) }
 
 // Connection returns the named connection.
 func (w *Workspace) Connection(name string) (*Connection, bool) {
@@ -461,6 +477,10 @@ func decode(b []byte) (*Workspace, error) {
 		return nil, err
 	}
 	w.Default()
+	w.Hash = w.ConfigHash
+	if w.Hash == "" {
+		w.Hash = DocumentHash(b)
+	}
 	return &w, nil
 }
 

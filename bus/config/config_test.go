@@ -8,11 +8,12 @@ import (
 	"time"
 
 	"github.com/storybus/storybus/bus/config"
+	"github.com/storybus/storybus/config/dev"
 	"github.com/storybus/storybus/config/samples"
 )
 
 func TestSampleParses(t *testing.T) {
-	w, err := config.Parse(samples.Workspace)
+	w, err := config.Parse(dev.Workspace)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,14 +1,8 @@
-// Package samples embeds the sample workspace that `storybus dev` serves
-// and the documentation uses: workspace "newsroom" with the connections
-// "cms" and "wire" and fixed development secrets.
+// Package samples embeds the sample custom resources a platform team
+// applies with `kubectl apply -k config/samples`, and names what they hold:
+// workspace "newsroom" with the connections "cms" and "wire" and fixed
+// development secrets (the workspace `storybus dev` serves, package dev).
 package samples
-
-import _ "embed"
-
-// Workspace is the sample workspace configuration (workspace-newsroom.yaml).
-//
-//go:embed workspace-newsroom.yaml
-var Workspace []byte
 
 // Development secrets of the sample connections. They are public: never
 // use them outside a development machine.

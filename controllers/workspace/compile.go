@@ -188,9 +188,10 @@ func connection(c *v1alpha1.Connection, grants []v1alpha1.Grant, secrets map[str
 	if !c.IsActive() {
 		out.Active = new(bool)
 	}
-	if at := c.Status.CredentialsRotatedAt; at != nil {
-		ts := at.UTC()
-		out.CredentialsRotatedAt = &ts
+	// The rotation time comes with the secret it revokes tokens for, from
+	// the same Secret: one rotation is one configuration.
+	if s := secrets[c.CredentialsSecretName()]; s != nil && !controlledByOther(s, c) {
+		out.CredentialsRotatedAt = CredentialsRotatedAt(s)
 	}
 	if l := c.Spec.Limits; l != nil {
 		cl := limits(*l)
@@ -304,6 +305,21 @@ func policies(ms []v1alpha1.PolicyModule) []config.PolicyModule {
 		out = append(out, pm)
 	}
 	return out
+}
+
+// CredentialsRotatedAt returns when the client secret in the credentials
+// Secret s was last rotated (its rotated-at annotation), nil when s is nil
+// or has no valid one.
+func CredentialsRotatedAt(s *corev1.Secret) *time.Time {
+	if s == nil {
+		return nil
+	}
+	at, err := time.Parse(time.RFC3339, s.Annotations[v1alpha1.AnnotationRotatedAt])
+	if err != nil {
+		return nil
+	}
+	at = at.UTC()
+	return &at
 }
 
 // RotationTime returns the credentialsRotatedAt to record for a rotation at

@@ -114,15 +114,22 @@ func TestCompile(t *testing.T) {
 				conn("wire", "newsroom", func(c *v1alpha1.Connection) {
 					c.Spec.Active = new(bool)
 					c.Spec.Limits = &v1alpha1.Limits{RatePerSecond: 1}
-					c.Status.CredentialsRotatedAt = &rotated
+					// The rotation time comes from the Secret, with the
+					// secret it belongs to, never from the status.
+					stale := metav1.NewTime(rotated.Add(-time.Hour))
+					c.Status.CredentialsRotatedAt = &stale
 				}),
 				conn("cms", "newsroom", func(c *v1alpha1.Connection) { c.Spec.Credentials.SecretName = "cms-creds" }),
 				conn("other", "elsewhere"),
 				conn("pending", "newsroom"),
 			},
 			Secrets: map[string]*corev1.Secret{
-				"cms-creds":         secret("cms-creds", "cms-client", "cms-secret\n"),
-				"wire-credentials":  secret("wire-credentials", "", "wire-secret"),
+				"cms-creds": secret("cms-creds", "cms-client", "cms-secret\n"),
+				"wire-credentials": func() *corev1.Secret {
+					s := secret("wire-credentials", "", "wire-secret")
+					s.Annotations = map[string]string{v1alpha1.AnnotationRotatedAt: rotated.UTC().Format(time.RFC3339)}
+					return s
+				}(),
 				"other-credentials": secret("other-credentials", "other", "x"),
 			},
 		},

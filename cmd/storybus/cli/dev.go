@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/storybus/storybus/bus/config"
+	"github.com/storybus/storybus/config/dev"
 	"github.com/storybus/storybus/config/samples"
 	"github.com/storybus/storybus/internal/certgen"
 )
@@ -30,7 +31,7 @@ func newDevCommand() *cobra.Command {
 			if err := o.validate(); err != nil {
 				return err
 			}
-			cfg, err := config.Parse(samples.Workspace)
+			cfg, err := config.Parse(dev.Workspace)
 			if err != nil {
 				return fmt.Errorf("sample workspace: %w", err)
 			}
