@@ -39,6 +39,11 @@ type busClock struct{ offset atomic.Int64 }
 func (c *busClock) Now() time.Time          { return time.Now().Add(time.Duration(c.offset.Load())) }
 func (c *busClock) Advance(d time.Duration) { c.offset.Add(int64(d)) }
 
+// StoreNow makes the clock the store's too, so that advancing it crosses
+// the publish core's 30 s lease: the embedded server runs on this
+// process's wall clock.
+func (c *busClock) StoreNow(context.Context) (time.Time, error) { return c.Now(), nil }
+
 // fakeClock is the client's clock: Sleep returns at once, records the wait
 // and moves time (and the bus's clock, when set) forward.
 type fakeClock struct {
@@ -138,7 +143,7 @@ func startBus(natsListen ...string) (*testBus, error) {
 		return nil, err
 	}
 	b.srv = bus.New(bus.Options{
-		Store: b.st, Clock: b.clock, RequestTimeout: 5 * time.Second,
+		Store: b.st, Clock: b.clock, StoreClock: b.clock, RequestTimeout: 5 * time.Second,
 		Logger: slog.New(slog.DiscardHandler),
 		Faults: func(ctx context.Context, p publish.FaultPoint, id string) error {
 			if f := b.faults.Load(); f != nil {
