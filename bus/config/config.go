@@ -12,12 +12,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"regexp"
 	"strings"
 	"time"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/storybus/storybus/internal/filewatch"
 )
 
 // APIVersion and Kind identify a workspace configuration document.
@@ -363,24 +364,13 @@ type source struct {
 // load is Load, and also returns the source read so far, whether or not the
 // configuration loads.
 func load(path string) (*Workspace, source, error) {
-	var src source
-	h := sha256.New()
-	read := func(name string) (string, error) {
-		b, err := os.ReadFile(name)
-		src.files = append(src.files, name)
-		// Lengths first: no two sequences of files hash alike.
-		fmt.Fprintf(h, "%d:%s", len(name), name)
-		if err != nil {
-			fmt.Fprintf(h, "error:%d:%s", len(err.Error()), err)
-		} else {
-			fmt.Fprintf(h, "content:%d:", len(b))
-			h.Write(b)
-		}
+	r := filewatch.NewReader()
+	w, err := loadWith(path, func(name string) (string, error) {
+		b, err := r.ReadFile(name)
 		return string(b), err
-	}
-	w, err := loadWith(path, read)
-	copy(src.digest[:], h.Sum(nil))
-	return w, src, err
+	})
+	rd := r.Reading(nil)
+	return w, source{files: rd.Files, digest: rd.Digest}, err
 }
 
 func loadWith(path string, read func(string) (string, error)) (*Workspace, error) {

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/storybus/storybus/bus/config"
+	"github.com/storybus/storybus/internal/filewatch"
+	"github.com/storybus/storybus/internal/testutil"
 )
 
 const watchedDoc = "workspace: w1\nsigningKey: 0123456789abcdef0123456789abcdef\nownership: {notOwner: %s}\n"
@@ -109,7 +111,7 @@ func TestWatchIgnoresEverythingButItsFiles(t *testing.T) {
 		select {
 		case c := <-changes:
 			t.Fatalf("reloaded with nothing changed (round %d): %+v", i, c)
-		case <-time.After(2 * config.ReloadQuiet):
+		case <-time.After(2 * filewatch.Quiet):
 		}
 	}
 	replaceFile(t, path, fmt.Sprintf(watchedDoc, "refuse"))
@@ -120,35 +122,20 @@ func TestWatchIgnoresEverythingButItsFiles(t *testing.T) {
 
 // TestWatchAppliesAnEditWhileANeighbourIsWritten edits the configuration
 // while another file in its directory is written every 50 ms: the edit is
-// read within ReloadMaxDelay, not when the writer stops.
+// read within filewatch.MaxDelay, not when the writer stops.
 func TestWatchAppliesAnEditWhileANeighbourIsWritten(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "workspace.yaml")
 	replaceFile(t, path, fmt.Sprintf(watchedDoc, "tolerate"))
 	changes := watch(t, path)
 
-	stop := make(chan struct{})
-	writerDone := make(chan struct{})
-	go func() {
-		defer close(writerDone)
-		tick := time.NewTicker(50 * time.Millisecond)
-		defer tick.Stop()
-		for i := 0; i < 400; i++ { // 20 s at most
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-				_ = os.WriteFile(filepath.Join(dir, "neighbour.log"), []byte(fmt.Sprint(i)), 0o600)
-			}
-		}
-	}()
-	defer func() { close(stop); <-writerDone }()
+	testutil.KeepWriting(t, filepath.Join(dir, "neighbour.log"), 50*time.Millisecond)
 
 	for _, mode := range []string{"refuse", "tolerate", "refuse"} {
 		edited := time.Now()
 		replaceFile(t, path, fmt.Sprintf(watchedDoc, mode))
-		// The bound is ReloadMaxDelay; the deadline is loose for a busy
-		// machine, but far shorter than the writer's 20 s.
+		// The bound is filewatch.MaxDelay; the deadline is loose for a busy
+		// machine, but far shorter than the writer's 30 s.
 		c := next(t, changes, 3*time.Second)
 		if c.err != nil || c.w.Ownership.NotOwner != mode {
 			t.Fatalf("reload: %+v", c)
@@ -158,7 +145,7 @@ func TestWatchAppliesAnEditWhileANeighbourIsWritten(t *testing.T) {
 }
 
 // TestWatchReadsAFileWrittenWithoutPause rewrites the configuration itself
-// every 50 ms, never quiet for ReloadQuiet: it is read all the same while
+// every 50 ms, never quiet for filewatch.Quiet: it is read all the same while
 // the writes go on.
 func TestWatchReadsAFileWrittenWithoutPause(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "workspace.yaml")
@@ -199,7 +186,7 @@ func TestWatchReloadsAKeyFileElsewhere(t *testing.T) {
 		select {
 		case c := <-changes:
 			t.Fatalf("reloaded for a neighbour of the key file: %+v", c)
-		case <-time.After(2 * config.ReloadQuiet):
+		case <-time.After(2 * filewatch.Quiet):
 		}
 	}
 	replaceFile(t, key, "second-key-0123456789abcdef0123456789")

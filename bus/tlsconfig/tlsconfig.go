@@ -9,13 +9,13 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"sync/atomic"
 	"time"
 
-	"github.com/fsnotify/fsnotify"
+	"github.com/storybus/storybus/internal/filewatch"
 )
 
 // KeyPair is a certificate and key loaded from two files, replaced in
@@ -25,31 +25,48 @@ type KeyPair struct {
 	certFile, keyFile string
 	now               func() time.Time
 	cert              atomic.Pointer[tls.Certificate]
+	// loaded is the digest of the files LoadKeyPair read: the content
+	// Watch starts from.
+	loaded [32]byte
 }
 
 // LoadKeyPair loads the PEM certificate chain and key at certFile and
 // keyFile.
 func LoadKeyPair(certFile, keyFile string) (*KeyPair, error) {
 	p := &KeyPair{certFile: certFile, keyFile: keyFile, now: time.Now}
-	if err := p.Reload(); err != nil {
+	r := p.read()
+	if err := r.Apply(); err != nil {
 		return nil, err
 	}
+	p.loaded = r.Digest
 	return p, nil
 }
 
 // Reload reads the files again. A pair that does not load, whose key does
 // not match the certificate, or whose certificate has expired is refused,
 // and the previous pair stays in use.
-func (p *KeyPair) Reload() error {
-	cert, err := tls.LoadX509KeyPair(p.certFile, p.keyFile)
-	if err != nil {
-		return fmt.Errorf("TLS key pair %s, %s: %w", p.certFile, p.keyFile, err)
-	}
-	if cert.Leaf.NotAfter.Before(p.now()) {
-		return fmt.Errorf("TLS certificate %s expired at %s", p.certFile, cert.Leaf.NotAfter.UTC().Format(time.RFC3339))
-	}
-	p.cert.Store(&cert)
-	return nil
+func (p *KeyPair) Reload() error { return p.read().Apply() }
+
+// read reads the two files; the reading's Apply puts the pair in use, or
+// refuses it.
+func (p *KeyPair) read() filewatch.Reading {
+	r := filewatch.NewReader()
+	certPEM, certErr := r.ReadFile(p.certFile)
+	keyPEM, keyErr := r.ReadFile(p.keyFile)
+	return r.Reading(func() error {
+		if err := errors.Join(certErr, keyErr); err != nil {
+			return fmt.Errorf("TLS key pair %s, %s: %w", p.certFile, p.keyFile, err)
+		}
+		cert, err := tls.X509KeyPair(certPEM, keyPEM)
+		if err != nil {
+			return fmt.Errorf("TLS key pair %s, %s: %w", p.certFile, p.keyFile, err)
+		}
+		if cert.Leaf.NotAfter.Before(p.now()) {
+			return fmt.Errorf("TLS certificate %s expired at %s", p.certFile, cert.Leaf.NotAfter.UTC().Format(time.RFC3339))
+		}
+		p.cert.Store(&cert)
+		return nil
+	})
 }
 
 // Leaf returns the certificate in use.
@@ -60,50 +77,33 @@ func (p *KeyPair) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error)
 	return p.cert.Load(), nil
 }
 
-// Watch reloads the pair when anything changes in the directories of its
-// files, until ctx ends, and calls onReload with each reload's outcome.
-// Watching the directories, not the files, sees a Kubernetes Secret
-// volume's "..data" symlink swap (cert-manager renews a Secret in place)
-// and an editor's rename-over-write. Changes within debounce of each other
-// are read once, so the certificate and the key written one after the
-// other are read together.
-func (p *KeyPair) Watch(ctx context.Context, debounce time.Duration, onReload func(error)) error {
-	w, err := fsnotify.NewWatcher()
+// Watch reloads the pair when the content of its files changes, until ctx
+// ends, and calls onReload with each reload's outcome. It watches the
+// files' directories, and in them only the two files and a Kubernetes
+// Secret volume's "..data" symlink (cert-manager renews a Secret in place
+// and kubelet swaps that link); an editor's rename-over-write is seen too.
+// The files are read once they have been quiet for filewatch.Quiet, so the
+// certificate and the key written one after the other are read together,
+// and never later than filewatch.MaxDelay after their first change, however
+// busy their directory. Files rewritten with the same bytes reload nothing;
+// a refused pair is tried again at the next change to its files.
+func (p *KeyPair) Watch(ctx context.Context, onReload func(error)) error {
+	read := func() filewatch.Reading {
+		r := p.read()
+		apply := r.Apply
+		r.Apply = func() error {
+			err := apply()
+			onReload(err)
+			return err
+		}
+		return r
+	}
+	err := filewatch.Watch(ctx, []string{p.certFile, p.keyFile}, p.loaded, read, func(err error) {
+		onReload(fmt.Errorf("watch TLS key pair: %w", err))
+	})
 	if err != nil {
 		return fmt.Errorf("watch TLS key pair: %w", err)
 	}
-	for _, dir := range []string{filepath.Dir(p.certFile), filepath.Dir(p.keyFile)} {
-		if err := w.Add(dir); err != nil {
-			w.Close()
-			return fmt.Errorf("watch %s: %w", dir, err)
-		}
-	}
-	go func() {
-		defer w.Close()
-		var fire <-chan time.Time
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case ev, ok := <-w.Events:
-				if !ok {
-					return
-				}
-				if ev.Has(fsnotify.Chmod) && !ev.Has(fsnotify.Write) {
-					continue
-				}
-				fire = time.After(debounce)
-			case err, ok := <-w.Errors:
-				if !ok {
-					return
-				}
-				onReload(fmt.Errorf("watch TLS key pair: %w", err))
-			case <-fire:
-				fire = nil
-				onReload(p.Reload())
-			}
-		}
-	}()
 	return nil
 }
 

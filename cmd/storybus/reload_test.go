@@ -219,21 +219,7 @@ func TestServeReloadsOnlyWhenItsConfigurationChanges(t *testing.T) {
 	if n := reloads(); n != 0 {
 		t.Fatalf("%d reloads while a log file beside the configuration was written", n)
 	}
-	stop, writerDone := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(writerDone)
-		fast := time.NewTicker(50 * time.Millisecond)
-		defer fast.Stop()
-		for i := 0; i < 600; i++ { // 30 s at most
-			select {
-			case <-stop:
-				return
-			case <-fast.C:
-				_, _ = fmt.Fprintf(logFile, "busy line %d\n", i)
-			}
-		}
-	}()
-	defer func() { close(stop); <-writerDone }()
+	testutil.KeepWriting(t, filepath.Join(dir, "storybus.log"), 50*time.Millisecond)
 
 	original, err := os.ReadFile(cfg)
 	if err != nil {

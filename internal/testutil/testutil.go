@@ -1,11 +1,13 @@
 // Package testutil holds the small helpers the tests of several packages
-// share: a free loopback address, and polling for a condition with a
-// deadline instead of sleeping.
+// share: a free loopback address, polling for a condition with a deadline
+// instead of sleeping, and a busy file beside watched ones.
 package testutil
 
 import (
 	"errors"
+	"fmt"
 	"net"
+	"os"
 	"testing"
 	"time"
 )
@@ -52,5 +54,35 @@ func EventuallyTrue(t testing.TB, what string, within time.Duration, cond func()
 			return nil
 		}
 		return errNotYet
+	})
+}
+
+// KeepWriting appends a line to the file at path every interval, from now
+// until the test ends (30 s at most): a busy neighbour, such as a log file,
+// for the file watchers' tests.
+func KeepWriting(t testing.TB, path string, every time.Duration) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for i := 0; time.Duration(i)*every < 30*time.Second; i++ {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				_, _ = fmt.Fprintf(f, "line %d\n", i)
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		close(stop)
+		<-done
+		f.Close()
 	})
 }

@@ -306,7 +306,7 @@ func serverTLS(ctx context.Context, o ServeOptions, srv *bus.Server, log *slog.L
 			return nil, err
 		}
 	}
-	err = pair.Watch(ctx, 100*time.Millisecond, func(err error) {
+	err = pair.Watch(ctx, func(err error) {
 		srv.KeyPairLoaded(o.TLSCertFile, err)
 		if err == nil {
 			log.Info("TLS key pair reloaded", "file", o.TLSCertFile, "notAfter", pair.Leaf().NotAfter)

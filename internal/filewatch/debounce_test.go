@@ -1,4 +1,4 @@
-package config
+package filewatch
 
 import (
 	"testing"
@@ -6,13 +6,13 @@ import (
 )
 
 // TestDebounceIsBounded drives the debounce with a clock of its own: a
-// lone change is read ReloadQuiet later; changes 50 ms apart without end
-// are read ReloadMaxDelay after the first, every time.
+// lone change is read Quiet later; changes 50 ms apart without end
+// are read MaxDelay after the first, every time.
 func TestDebounceIsBounded(t *testing.T) {
-	d := debounce{quiet: ReloadQuiet, max: ReloadMaxDelay}
+	d := debounce{quiet: Quiet, max: MaxDelay}
 	start := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
-	if due := d.changed(start); !due.Equal(start.Add(ReloadQuiet)) {
-		t.Fatalf("a lone change is due at %s, want %s", due.Sub(start), ReloadQuiet)
+	if due := d.changed(start); !due.Equal(start.Add(Quiet)) {
+		t.Fatalf("a lone change is due at %s, want %s", due.Sub(start), Quiet)
 	}
 	d.fired()
 
@@ -21,7 +21,7 @@ func TestDebounceIsBounded(t *testing.T) {
 	reads := 0
 	for range 200 { // 10 s of changes 50 ms apart
 		due := d.changed(now)
-		if due.Sub(first) > ReloadMaxDelay {
+		if due.Sub(first) > MaxDelay {
 			t.Fatalf("a change at %s is due %s after the first of its run", now.Sub(start), due.Sub(first))
 		}
 		now = now.Add(50 * time.Millisecond)
@@ -31,7 +31,7 @@ func TestDebounceIsBounded(t *testing.T) {
 			first = now
 		}
 	}
-	if want := int(10 * time.Second / ReloadMaxDelay); reads < want-1 {
+	if want := int(10 * time.Second / MaxDelay); reads < want-1 {
 		t.Fatalf("%d reads in 10 s of changes, want about %d", reads, want)
 	}
 }
