@@ -82,10 +82,11 @@ type Error struct {
 	snapshot bool
 }
 
-// Error says what happened and what to do, in one line.
+// Error says what happened and what to do, in one line: the lines of a
+// joined cause are joined with ": ". It names no program: a command line
+// that prints it adds its own prefix.
 func (e *Error) Error() string {
 	var b strings.Builder
-	b.WriteString("storybus: ")
 	if e.MessageID != "" {
 		b.WriteString("message " + e.MessageID + ": ")
 	}
@@ -102,7 +103,7 @@ func (e *Error) Error() string {
 			b.WriteString(" " + strconv.Quote(e.Text))
 		}
 	case e.Err != nil:
-		b.WriteString(e.Err.Error())
+		b.WriteString(oneLine(e.Err))
 	default:
 		b.WriteString("failed")
 	}
@@ -113,6 +114,12 @@ func (e *Error) Error() string {
 		b.WriteString(": " + a)
 	}
 	return b.String()
+}
+
+// oneLine returns err's text on one line: the lines errors.Join writes, one
+// per joined error, are joined with ": ".
+func oneLine(err error) string {
+	return strings.ReplaceAll(err.Error(), "\n", ": ")
 }
 
 // Unwrap returns the cause.

@@ -85,6 +85,17 @@ func lines(t *testing.T, out string) []ResultLine {
 	return ls
 }
 
+// checkFinalLine checks the documented shape of a command's final error: the
+// last line of stderr, starting with "storybus: " once.
+func checkFinalLine(t *testing.T, stderr string) {
+	t.Helper()
+	ls := strings.Split(strings.TrimSuffix(stderr, "\n"), "\n")
+	last := ls[len(ls)-1]
+	if !strings.HasPrefix(last, "storybus: ") || strings.Count(last, "storybus:") != 1 {
+		t.Fatalf("the final error is not one line starting storybus: once: %q", stderr)
+	}
+}
+
 func TestTokenCommand(t *testing.T) {
 	url := startCLIBus(t)
 	code, out, errOut := run(t, "", "token", "--url", url, "--workspace", "newsroom", "--client-id", "cms", "--client-secret", cliCMSSecret)
@@ -101,6 +112,7 @@ func TestTokenCommand(t *testing.T) {
 	if code != ExitNotAllowed || !strings.Contains(errOut, "401 auth.credentials.invalid") {
 		t.Fatalf("wrong secret: %d %q", code, errOut)
 	}
+	checkFinalLine(t, errOut)
 	code, _, errOut = run(t, "", "token", "--url", url, "--client-id", "cms")
 	if code != ExitUsage || !strings.Contains(errOut, "--workspace") || !strings.Contains(errOut, EnvClientSecret) {
 		t.Fatalf("missing flags: %d %q", code, errOut)
@@ -166,6 +178,10 @@ func TestPublishKeepsAndOutboxResends(t *testing.T) {
 	}
 	if !strings.Contains(errOut, "warning") {
 		t.Fatalf("no warning about the short retry policy: %q", errOut)
+	}
+	checkFinalLine(t, errOut)
+	if last := strings.Split(strings.TrimSuffix(errOut, "\n"), "\n"); !strings.Contains(last[len(last)-1], "kept in the outbox") {
+		t.Fatalf("the final line lacks the cause's advice: %q", errOut)
 	}
 
 	code, out, _ = run(t, "", "outbox", "list", "--outbox", outbox, "--json")

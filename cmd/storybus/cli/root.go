@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/spf13/cobra"
 )
@@ -29,7 +30,9 @@ func Execute(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	if err == nil {
 		return ExitOK
 	}
-	fmt.Fprintln(stderr, "storybus:", err)
+	// One line, as the documentation promises: errors.Join writes one line
+	// per joined error.
+	fmt.Fprintln(stderr, "storybus:", strings.ReplaceAll(err.Error(), "\n", ": "))
 	var ue usageError
 	if errors.As(err, &ue) {
 		return ExitUsage
