@@ -22,12 +22,33 @@ func TestNotesCommandsPaste(t *testing.T) {
 		name  string
 		set   []string
 		kinds []string
+		// scope is the NOTES' sentence on what the operator reconciles;
+		// ns the namespace their commands use.
+		scope, ns string
 	}{
-		{"every namespace", nil, []string{"Tenant", "Connection", "Grant"}},
-		{"one namespace", []string{"--set", "watchNamespace=news"}, []string{"Tenant", "Connection", "Grant"}},
+		{"every namespace", nil, []string{"Tenant", "Connection", "Grant"},
+			"It reconciles Tenants in every namespace.", "newsroom"},
+		{"one namespace", []string{"--set", "watchNamespace=news"}, []string{"Tenant", "Connection", "Grant"},
+			"It reconciles the Tenants of namespace news only.", "news"},
+		{"namespaces", []string{"--set", "watchNamespaces={a,b}"}, []string{"Tenant", "Connection", "Grant"},
+			"It reconciles the Tenants of namespaces a, b only.", "a"},
+		{"namespaces and the older value", []string{"--set", "watchNamespaces={a,b}", "--set", "watchNamespace=c"}, []string{"Tenant", "Connection", "Grant"},
+			"It reconciles the Tenants of namespaces a, b, c only.", "a"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			notes := renderNotes(t, c.set...)
+			if !strings.Contains(notes, "\n"+c.scope+"\n") {
+				t.Errorf("the NOTES do not say %q:\n%s", c.scope, notes)
+			}
+			for _, line := range strings.Split(notes, "\n") {
+				if strings.HasPrefix(line, "  kubectl -n ") && !strings.HasPrefix(line, "  kubectl -n "+c.ns+" ") &&
+					!strings.HasPrefix(line, "  kubectl -n "+releaseNamespace+" ") {
+					t.Errorf("a command outside namespace %s: %q", c.ns, line)
+				}
+			}
+			if create := strings.Contains(notes, "kubectl create namespace"); create != (c.set == nil) {
+				t.Errorf("the NOTES create a namespace: %t, want %t", create, c.set == nil)
+			}
 			blocks := commandBlocks(notes)
 			if len(blocks) < 4 {
 				t.Fatalf("%d command blocks in the NOTES, want at least 4:\n%s", len(blocks), notes)
