@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -64,21 +65,61 @@ func TestDevTLSPrintsAWorkingCurlPair(t *testing.T) {
 	}
 }
 
+// TestDevRemovesItsFoldersOnSIGHUP closes the terminal of `storybus dev
+// --tls` (SIGHUP): it ends gracefully and removes its temporary folders,
+// the TLS key among them.
+func TestDevRemovesItsFoldersOnSIGHUP(t *testing.T) {
+	tmp := t.TempDir()
+	addr, ops := testutil.FreeAddr(t), testutil.FreeAddr(t)
+	banner := startDevEnv(t, []string{"TMPDIR=" + tmp}, "--tls", "--listen", addr, "--ops-listen", ops)
+	if entries, err := os.ReadDir(tmp); err != nil || len(entries) < 2 {
+		t.Fatalf("dev made %d temporary folders in TMPDIR, want its data and TLS folders: %v", len(entries), err)
+	}
+	if err := banner.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- banner.cmd.Wait() }()
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("dev did not end gracefully on SIGHUP: %v", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("dev still runs 60s after SIGHUP")
+	}
+	entries, err := os.ReadDir(tmp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		t.Errorf("left behind after SIGHUP: %s", e.Name())
+	}
+}
+
 // devBanner is what `storybus dev` printed: the curl pair and, with --tls,
-// the CA file.
+// the CA file; cmd is the running command.
 type devBanner struct {
 	pair   []string
 	caFile string
+	cmd    *exec.Cmd
 }
 
 // startDev runs `storybus dev` with args until the test ends, and reads
 // its banner.
 func startDev(t *testing.T, args ...string) devBanner {
 	t.Helper()
+	return startDevEnv(t, nil, args...)
+}
+
+// startDevEnv is startDev with env added to the environment.
+func startDevEnv(t *testing.T, env []string, args ...string) devBanner {
+	t.Helper()
 	if _, err := exec.LookPath("curl"); err != nil {
 		t.Fatalf("curl is needed to paste the printed commands: %v", err)
 	}
 	cmd := exec.Command(binary, append([]string{"dev"}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -91,7 +132,7 @@ func startDev(t *testing.T, args ...string) devBanner {
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 
-	var b devBanner
+	b := devBanner{cmd: cmd}
 	lines := make(chan string)
 	go func() {
 		sc := bufio.NewScanner(stdout)
