@@ -51,6 +51,9 @@ func addIndexes(ctx context.Context, fi client.FieldIndexer) error {
 	}); err != nil {
 		return err
 	}
+	if err := fi.IndexField(ctx, &v1alpha1.Tenant{}, indexTLSSecretName, indexTLSSecret); err != nil {
+		return err
+	}
 	return fi.IndexField(ctx, &v1alpha1.Grant{}, indexConnectionRef, func(o client.Object) []string {
 		return []string{o.(*v1alpha1.Grant).Spec.ConnectionRef.Name}
 	})

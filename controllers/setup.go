@@ -126,7 +126,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	if err != nil {
 		return err
 	}
-	if err := (&TenantReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Secrets: secrets, Recorder: rec, Options: o}).SetupWithManager(mgr); err != nil {
+	if err := (&TenantReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Secrets: secrets, Recorder: rec, Cache: mgr.GetCache(), Options: o}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("tenant controller: %w", err)
 	}
 	if err := (&ConnectionReconciler{Client: mgr.GetClient(), Secrets: secrets, Recorder: rec, Options: o}).SetupWithManager(mgr); err != nil {

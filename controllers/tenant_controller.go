@@ -22,7 +22,9 @@ import (
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -46,7 +48,13 @@ type TenantReconciler struct {
 	// Prober asks ready bus pods which configuration they serve; nil means
 	// an HTTPConfigProber.
 	Prober ConfigProber
+	// Cache is the manager's cache, which the watch of cert-manager
+	// Certificates is added to once they exist.
+	Cache cache.Cache
 	Options
+
+	controller controller.Controller
+	certWatch  tlsWatch
 }
 
 // tenantScope is what the phases of one reconcile share.
@@ -131,6 +139,7 @@ func (r *TenantReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ c
 		r.reconcileConfigMap,
 		r.recordConfiguration,
 		r.reconcileServices,
+		r.reconcileTLS,
 		r.reconcileStatefulSet,
 		r.reconcilePDB,
 		r.expandVolumes,
@@ -508,7 +517,7 @@ func randomHex(n int) string {
 
 // SetupWithManager registers the reconciler and its watches.
 func (r *TenantReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	return r.Secrets.Watch(ctrl.NewControllerManagedBy(mgr), r.secretToTenants).
+	c, err := r.Secrets.Watch(ctrl.NewControllerManagedBy(mgr), r.secretToTenants).
 		For(&v1alpha1.Tenant{}, builder.WithPredicates(predicate.Or[client.Object](specChanged, predicate.LabelChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
 		Owns(&appsv1.StatefulSet{}).
 		Owns(&corev1.Service{}).
@@ -533,7 +542,9 @@ func (r *TenantReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		}), builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
 			return o.GetLabels()[LabelManagedBy] == FieldManager
 		}))).
-		Complete(observed{kind: "Tenant", inner: r})
+		Build(observed{kind: "Tenant", inner: r})
+	r.controller = c
+	return err
 }
 
 func (r *TenantReconciler) grantToTenant(ctx context.Context, o client.Object) []reconcile.Request {
@@ -554,5 +565,6 @@ func (r *TenantReconciler) secretToTenants(ctx context.Context, o client.Object)
 	for _, c := range l.Items {
 		names = append(names, c.Spec.TenantRef.Name)
 	}
+	names = append(names, r.tenantsOfTLSSecret(ctx, o)...)
 	return requestsFor(o.GetNamespace(), names...)
 }

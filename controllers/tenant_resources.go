@@ -84,7 +84,11 @@ func tenantLabels(t *v1alpha1.Tenant) map[string]string {
 
 // endpoint is the in-cluster base URL of the Tenant's publish API.
 func endpoint(t *v1alpha1.Tenant, clusterDomain string) string {
-	return fmt.Sprintf("http://%s.%s.svc.%s:%d", busName(t), t.Namespace, clusterDomain, HTTPPort)
+	scheme := "http"
+	if t.Spec.TLS != nil {
+		scheme = "https"
+	}
+	return fmt.Sprintf("%s://%s.%s.svc.%s:%d", scheme, busName(t), t.Namespace, clusterDomain, HTTPPort)
 }
 
 func ownerRef(t *v1alpha1.Tenant) *metav1ac.OwnerReferenceApplyConfiguration {
@@ -236,6 +240,9 @@ func desiredStatefulSet(t *v1alpha1.Tenant, o Options) *appsv1ac.StatefulSetAppl
 				WithItems(corev1ac.KeyToPath().WithKey(natsCredsKey(ref)).WithPath(natsCredsKey(ref)))))
 	}
 
+	tlsVolumes, tlsVolumeMounts := tlsMounts(t)
+	volumes, mounts = append(volumes, tlsVolumes...), append(mounts, tlsVolumeMounts...)
+
 	probe := func(path string, period, failures int32) *corev1ac.ProbeApplyConfiguration {
 		return corev1ac.Probe().
 			WithHTTPGet(corev1ac.HTTPGetAction().WithPath(path).WithPort(intstr.FromString("ops"))).
@@ -245,7 +252,7 @@ func desiredStatefulSet(t *v1alpha1.Tenant, o Options) *appsv1ac.StatefulSetAppl
 		WithName(busContainer).
 		WithImage(image).
 		WithCommand("storybus").
-		WithArgs(busArgs(t)...).
+		WithArgs(append(busArgs(t), tlsArgs(t)...)...).
 		WithPorts(
 			corev1ac.ContainerPort().WithName("http").WithContainerPort(HTTPPort).WithProtocol(corev1.ProtocolTCP),
 			corev1ac.ContainerPort().WithName("ops").WithContainerPort(OpsPort).WithProtocol(corev1.ProtocolTCP),

@@ -106,6 +106,11 @@ type TenantSpec struct {
 	// +optional
 	DeletionPolicy DeletionPolicy `json:"deletionPolicy,omitempty"`
 
+	// TLS has the bus serve HTTPS on its publish port, with a provided
+	// Secret or a cert-manager Certificate. Unset: plain HTTP.
+	// +optional
+	TLS *TenantTLS `json:"tls,omitempty"`
+
 	// Template customises what the operator makes for the Tenant's bus
 	// beyond the fields above: today its pods' scheduling and metadata.
 	// +optional
@@ -325,7 +330,8 @@ type TenantStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 	// Conditions: Ready (the summary), ConfigurationValid, Available,
-	// ConfigurationLoaded.
+	// ConfigurationLoaded; VolumeExpansion and CertificateReady when they
+	// apply.
 	// +listType=map
 	// +listMapKey=type
 	// +optional
@@ -334,7 +340,8 @@ type TenantStatus struct {
 	// Tenant's name).
 	// +optional
 	WorkspaceID string `json:"workspaceID,omitempty"`
-	// Endpoint is the base URL of the publish API inside the cluster.
+	// Endpoint is the base URL of the publish API inside the cluster:
+	// https:// when spec.tls is set.
 	// +optional
 	Endpoint string `json:"endpoint,omitempty"`
 	// Replicas is the number of bus pods desired.

@@ -1,0 +1,335 @@
+package controllers
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"github.com/storybus/storybus/api/v1alpha1"
+)
+
+// A Tenant with spec.tls has its bus serve HTTPS. The key pair comes from a
+// Secret the platform provides (spec.tls.secretName), or from a cert-manager
+// Certificate the operator writes (spec.tls.issuerRef). The operator writes
+// the Certificate as an unstructured object, so it needs none of
+// cert-manager's Go packages and runs in clusters without cert-manager: it
+// asks the RESTMapper whether the CRD is installed, reports
+// CertManagerNotInstalled while it is not, and starts watching Certificates
+// the first time it is.
+//
+// +kubebuilder:rbac:groups=cert-manager.io,resources=certificates,verbs=get;list;watch;create;update;patch
+
+// TLSDir is where a bus pod mounts its TLS Secret: a volume of its own,
+// which kubelet updates in place when the Secret is renewed, so the bus
+// reloads the pair without a restart.
+const TLSDir = "/etc/storybus/tls"
+
+const tlsVolume = "tls"
+
+// tlsRecheck is how often the operator looks again for the cert-manager
+// CRDs while a Tenant asks for a Certificate and they are missing: no watch
+// can report their installation.
+const tlsRecheck = 10 * time.Second
+
+// certificateGVK is cert-manager's Certificate.
+var certificateGVK = schema.GroupVersionKind{Group: "cert-manager.io", Version: "v1", Kind: "Certificate"}
+
+// tlsSecretName is the Secret holding the bus's key pair; "" without TLS.
+func tlsSecretName(t *v1alpha1.Tenant) string {
+	switch {
+	case t.Spec.TLS == nil:
+		return ""
+	case t.Spec.TLS.SecretName != "":
+		return t.Spec.TLS.SecretName
+	default:
+		return t.Name + "-tls"
+	}
+}
+
+// tlsArgs are the bus's TLS flags.
+func tlsArgs(t *v1alpha1.Tenant) []string {
+	if tlsSecretName(t) == "" {
+		return nil
+	}
+	return []string{"--tls-cert-file", TLSDir + "/" + corev1.TLSCertKey, "--tls-key-file", TLSDir + "/" + corev1.TLSPrivateKeyKey}
+}
+
+// tlsMounts are the bus pod's TLS volume and its mount; none without TLS.
+func tlsMounts(t *v1alpha1.Tenant) ([]*corev1ac.VolumeApplyConfiguration, []*corev1ac.VolumeMountApplyConfiguration) {
+	name := tlsSecretName(t)
+	if name == "" {
+		return nil, nil
+	}
+	return []*corev1ac.VolumeApplyConfiguration{corev1ac.Volume().WithName(tlsVolume).
+			WithSecret(corev1ac.SecretVolumeSource().WithSecretName(name).WithDefaultMode(0o440).WithItems(
+				corev1ac.KeyToPath().WithKey(corev1.TLSCertKey).WithPath(corev1.TLSCertKey),
+				corev1ac.KeyToPath().WithKey(corev1.TLSPrivateKeyKey).WithPath(corev1.TLSPrivateKeyKey)))},
+		[]*corev1ac.VolumeMountApplyConfiguration{corev1ac.VolumeMount().WithName(tlsVolume).WithMountPath(TLSDir).WithReadOnly(true)}
+}
+
+// certificateDNSNames are the names the Certificate covers: the bus
+// Service's in-cluster names, then spec.tls.dnsNames.
+func certificateDNSNames(t *v1alpha1.Tenant, clusterDomain string) []string {
+	svc := busName(t)
+	names := []string{svc, svc + "." + t.Namespace, svc + "." + t.Namespace + ".svc", svc + "." + t.Namespace + ".svc." + clusterDomain}
+	for _, n := range t.Spec.TLS.DNSNames {
+		if !containsString(names, n) {
+			names = append(names, n)
+		}
+	}
+	return names
+}
+
+func containsString(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// desiredCertificate is the cert-manager Certificate of an issuerRef
+// Tenant, controlled by it.
+func desiredCertificate(t *v1alpha1.Tenant, clusterDomain string) *unstructured.Unstructured {
+	ref := t.Spec.TLS.IssuerRef
+	kind, group := ref.Kind, ref.Group
+	if kind == "" {
+		kind = "Issuer"
+	}
+	if group == "" {
+		group = certificateGVK.Group
+	}
+	names := make([]any, 0, len(t.Spec.TLS.DNSNames)+4)
+	for _, n := range certificateDNSNames(t, clusterDomain) {
+		names = append(names, n)
+	}
+	labels := map[string]any{}
+	for k, v := range tenantLabels(t) {
+		labels[k] = v
+	}
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"metadata": map[string]any{
+			"name":      tlsSecretName(t),
+			"namespace": t.Namespace,
+			"labels":    labels,
+			"ownerReferences": []any{map[string]any{
+				"apiVersion": v1alpha1.GroupVersion.String(), "kind": "Tenant", "name": t.Name, "uid": string(t.UID),
+				"controller": true, "blockOwnerDeletion": true,
+			}},
+		},
+		"spec": map[string]any{
+			"secretName": tlsSecretName(t),
+			"commonName": busName(t) + "." + t.Namespace + ".svc",
+			"dnsNames":   names,
+			"usages":     []any{"server auth"},
+			"privateKey": map[string]any{"algorithm": "ECDSA", "size": int64(256), "rotationPolicy": "Always"},
+			"secretTemplate": map[string]any{
+				"labels": map[string]any{LabelTenant: t.Name},
+			},
+			"issuerRef": map[string]any{"name": ref.Name, "kind": kind, "group": group},
+		},
+	}}
+	u.SetGroupVersionKind(certificateGVK)
+	return u
+}
+
+// tlsWatch starts the watch of Certificates once, the first time the
+// cert-manager CRDs are seen.
+type tlsWatch struct {
+	once sync.Once
+	err  error
+}
+
+// watchCertificates has c reconcile the Tenant controlling a Certificate
+// whenever it changes.
+func (r *TenantReconciler) watchCertificates(c cache.Cache) error {
+	r.certWatch.once.Do(func() {
+		if r.controller == nil {
+			return
+		}
+		u := &unstructured.Unstructured{}
+		u.SetGroupVersionKind(certificateGVK)
+		r.certWatch.err = r.controller.Watch(source.Kind[client.Object](c, u,
+			handler.EnqueueRequestForOwner(r.Scheme(), r.RESTMapper(), &v1alpha1.Tenant{}, handler.OnlyControllerOwner())))
+	})
+	return r.certWatch.err
+}
+
+// reconcileTLS writes the Certificate of an issuerRef Tenant and records
+// the CertificateReady condition from the Certificate's status or the
+// provided Secret's certificate.
+func (r *TenantReconciler) reconcileTLS(ctx context.Context, s *tenantScope) error {
+	t := s.tenant
+	if t.Spec.TLS == nil {
+		meta.RemoveStatusCondition(&t.Status.Conditions, v1alpha1.ConditionCertificateReady)
+		return nil
+	}
+	var c metav1.Condition
+	if t.Spec.TLS.SecretName != "" {
+		var err error
+		if c, err = r.providedSecretCondition(ctx, s); err != nil {
+			return err
+		}
+	} else {
+		var err error
+		if c, err = r.certificateCondition(ctx, s); err != nil {
+			return err
+		}
+	}
+	c.ObservedGeneration = t.Generation
+	meta.SetStatusCondition(&t.Status.Conditions, c)
+	return nil
+}
+
+// providedSecretCondition judges the certificate of spec.tls.secretName.
+func (r *TenantReconciler) providedSecretCondition(ctx context.Context, s *tenantScope) (metav1.Condition, error) {
+	t := s.tenant
+	name := t.Spec.TLS.SecretName
+	sec := &corev1.Secret{}
+	err := r.Secrets.Get(ctx, types.NamespacedName{Namespace: t.Namespace, Name: name}, sec)
+	switch {
+	case apierrors.IsNotFound(err):
+		return cond(v1alpha1.ConditionCertificateReady, metav1.ConditionFalse, v1alpha1.ReasonTLSSecretInvalid,
+			"Secret %s of spec.tls.secretName does not exist: the bus pods wait for it", name), nil
+	case err != nil:
+		return metav1.Condition{}, fmt.Errorf("get tls secret %s: %w", name, err)
+	}
+	if len(sec.Data[corev1.TLSPrivateKeyKey]) == 0 {
+		return cond(v1alpha1.ConditionCertificateReady, metav1.ConditionFalse, v1alpha1.ReasonTLSSecretInvalid,
+			"Secret %s has no %s", name, corev1.TLSPrivateKeyKey), nil
+	}
+	cert, err := leafCertificate(sec.Data[corev1.TLSCertKey])
+	if err != nil {
+		return cond(v1alpha1.ConditionCertificateReady, metav1.ConditionFalse, v1alpha1.ReasonTLSSecretInvalid,
+			"Secret %s: %v", name, err), nil
+	}
+	return r.expiryCondition(s, cert.NotAfter, fmt.Sprintf("the certificate of Secret %s", name)), nil
+}
+
+// expiryCondition is True until notAfter, and has the Tenant looked at
+// again when it passes.
+func (r *TenantReconciler) expiryCondition(s *tenantScope, notAfter time.Time, what string) metav1.Condition {
+	left := notAfter.Sub(r.Now())
+	if left <= 0 {
+		return cond(v1alpha1.ConditionCertificateReady, metav1.ConditionFalse, v1alpha1.ReasonCertificateExpired,
+			"%s expired at %s", what, notAfter.UTC().Format(time.RFC3339))
+	}
+	if s.requeueAfter == 0 || left < s.requeueAfter {
+		s.requeueAfter = left
+	}
+	return cond(v1alpha1.ConditionCertificateReady, metav1.ConditionTrue, v1alpha1.ReasonCertificateIssued,
+		"%s is valid until %s", what, notAfter.UTC().Format(time.RFC3339))
+}
+
+// leafCertificate parses the first certificate of a PEM chain.
+func leafCertificate(chain []byte) (*x509.Certificate, error) {
+	block, _ := pem.Decode(chain)
+	if block == nil || block.Type != "CERTIFICATE" {
+		return nil, fmt.Errorf("%s holds no PEM certificate", corev1.TLSCertKey)
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", corev1.TLSCertKey, err)
+	}
+	return cert, nil
+}
+
+// certificateCondition writes the Tenant's Certificate when cert-manager is
+// installed and judges its status.
+func (r *TenantReconciler) certificateCondition(ctx context.Context, s *tenantScope) (metav1.Condition, error) {
+	t := s.tenant
+	if _, err := r.RESTMapper().RESTMapping(certificateGVK.GroupKind(), certificateGVK.Version); meta.IsNoMatchError(err) {
+		if s.requeueAfter == 0 || tlsRecheck < s.requeueAfter {
+			s.requeueAfter = tlsRecheck
+		}
+		return cond(v1alpha1.ConditionCertificateReady, metav1.ConditionFalse, v1alpha1.ReasonCertManagerNotInstalled,
+			"spec.tls.issuerRef needs cert-manager, and its CustomResourceDefinitions (certificates.cert-manager.io/v1) are not installed; install cert-manager or use spec.tls.secretName"), nil
+	} else if err != nil {
+		return metav1.Condition{}, fmt.Errorf("look up certificates.cert-manager.io: %w", err)
+	}
+	if err := r.watchCertificates(r.Cache); err != nil {
+		return metav1.Condition{}, fmt.Errorf("watch certificates: %w", err)
+	}
+	name := tlsSecretName(t)
+	cur := &unstructured.Unstructured{}
+	cur.SetGroupVersionKind(certificateGVK)
+	err := r.Get(ctx, types.NamespacedName{Namespace: t.Namespace, Name: name}, cur)
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return metav1.Condition{}, fmt.Errorf("get certificate %s: %w", name, err)
+	case !controlledBy(cur, t):
+		return metav1.Condition{}, s.nameConflict("Certificate", name)
+	}
+	if err := r.apply(ctx, client.ApplyConfigurationFromUnstructured(desiredCertificate(t, r.ClusterDomain)), "certificate"); err != nil {
+		return metav1.Condition{}, err
+	}
+	return r.certificateStatusCondition(s, cur), nil
+}
+
+// certificateStatusCondition reads cert-manager's Ready condition and
+// status.notAfter of cur (empty when the Certificate was just created).
+func (r *TenantReconciler) certificateStatusCondition(s *tenantScope, cur *unstructured.Unstructured) metav1.Condition {
+	name := tlsSecretName(s.tenant)
+	conds, _, _ := unstructured.NestedSlice(cur.Object, "status", "conditions")
+	for _, x := range conds {
+		m, ok := x.(map[string]any)
+		if !ok || m["type"] != "Ready" {
+			continue
+		}
+		if m["status"] != string(metav1.ConditionTrue) {
+			return cond(v1alpha1.ConditionCertificateReady, metav1.ConditionFalse, v1alpha1.ReasonCertificateNotReady,
+				"Certificate %s is not ready: %v: %v", name, m["reason"], m["message"])
+		}
+		notAfter, _, _ := unstructured.NestedString(cur.Object, "status", "notAfter")
+		at, err := time.Parse(time.RFC3339, notAfter)
+		if err != nil {
+			return cond(v1alpha1.ConditionCertificateReady, metav1.ConditionTrue, v1alpha1.ReasonCertificateIssued,
+				"Certificate %s is ready in Secret %s", name, name)
+		}
+		return r.expiryCondition(s, at, fmt.Sprintf("Certificate %s (Secret %s)", name, name))
+	}
+	return cond(v1alpha1.ConditionCertificateReady, metav1.ConditionFalse, v1alpha1.ReasonCertificateNotReady,
+		"cert-manager has not issued Certificate %s yet", name)
+}
+
+// tenantsOfTLSSecret maps a provided TLS Secret to the Tenants naming it.
+func (r *TenantReconciler) tenantsOfTLSSecret(ctx context.Context, o client.Object) []string {
+	var l v1alpha1.TenantList
+	if err := r.List(ctx, &l, client.InNamespace(o.GetNamespace()), client.MatchingFields{indexTLSSecretName: o.GetName()}); err != nil {
+		return nil
+	}
+	names := make([]string, 0, len(l.Items))
+	for _, t := range l.Items {
+		names = append(names, t.Name)
+	}
+	return names
+}
+
+// indexTLSSecretName indexes Tenants by spec.tls.secretName.
+const indexTLSSecretName = "spec.tls.secretName"
+
+func indexTLSSecret(o client.Object) []string {
+	t := o.(*v1alpha1.Tenant)
+	if t.Spec.TLS == nil || t.Spec.TLS.SecretName == "" {
+		return nil
+	}
+	return []string{t.Spec.TLS.SecretName}
+}
