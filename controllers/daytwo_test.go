@@ -98,6 +98,9 @@ func TestDayTwoStory(t *testing.T) {
 		if msg := findCondition(c.Status.Conditions, v1alpha1.ConditionInForce).Message; !strings.Contains(msg, "junk") {
 			t.Errorf("InForce %q does not name the Tenant's problem", msg)
 		}
+		if err := hasCondition(c, c.Status.ObservedGeneration, v1alpha1.ConditionCredentialsReady, metav1.ConditionTrue, v1alpha1.ReasonCredentialsGenerated); err != nil {
+			t.Errorf("the frozen Tenant kept the Connection from its credentials: %v", err)
+		}
 		// What was in force stays in force.
 		waitCondition(t, ns, "cms", &v1alpha1.Connection{}, connectionGen, v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonReady)
 		w, _, err := workspaceOf(ns, "newsroom")
