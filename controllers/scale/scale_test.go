@@ -14,9 +14,12 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -37,6 +40,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/storybus/storybus/api/v1alpha1"
+	"github.com/storybus/storybus/bus"
+	"github.com/storybus/storybus/bus/config"
 	"github.com/storybus/storybus/controllers"
 	"github.com/storybus/storybus/internal/testutil"
 )
@@ -136,8 +141,11 @@ func TestOperatorAtScale(t *testing.T) {
 		t.Fatal(err)
 	}
 	// envtest runs no StatefulSet controller and no kubelet: this plays
-	// them, making every StatefulSet's replicas ready.
-	go markStatefulSetsReady(ctx, t, k8s, ns)
+	// them, making every StatefulSet's replicas ready and starting its bus
+	// pods, whose operations port answers /configz with the configuration
+	// the Tenant's ConfigMap holds (buses that load every change at once).
+	buses := startFakeBuses(ctx, t, k8s, ns)
+	go markStatefulSetsReady(ctx, t, k8s, ns, buses)
 
 	var peakRSS atomic.Int64
 	go func() {
@@ -283,9 +291,84 @@ func countReady(ctx context.Context, k8s client.Client, ns string) (readiness, e
 	return r, nil
 }
 
+// fakeBuses answers /configz for every bus pod of the namespace: the
+// operator's prober reaches them all at one address.
+type fakeBuses struct {
+	port   int32
+	hashes sync.Map // workspace id -> configuration hash
+}
+
+// startFakeBuses starts the shared /configz server and follows the
+// namespace's ConfigMaps, until ctx ends.
+func startFakeBuses(ctx context.Context, t *testing.T, k8s client.WithWatch, ns string) *fakeBuses {
+	b := &fakeBuses{}
+	srv := httptest.NewServer(http.HandlerFunc(b.configz))
+	t.Cleanup(srv.Close)
+	b.port = int32(srv.Listener.Addr().(*net.TCPAddr).Port)
+	go func() {
+		for ctx.Err() == nil {
+			w, err := k8s.Watch(ctx, &corev1.ConfigMapList{}, client.InNamespace(ns))
+			if err != nil {
+				time.Sleep(100 * time.Millisecond)
+				continue
+			}
+			for ev := range w.ResultChan() {
+				cm, ok := ev.Object.(*corev1.ConfigMap)
+				if !ok || (ev.Type != watch.Added && ev.Type != watch.Modified) || cm.Data[controllers.ConfigFile] == "" {
+					continue
+				}
+				if doc, err := config.Parse([]byte(cm.Data[controllers.ConfigFile])); err == nil {
+					b.hashes.Store(doc.ID, doc.Hash)
+				}
+			}
+			w.Stop()
+		}
+	}()
+	return b
+}
+
+func (b *fakeBuses) configz(w http.ResponseWriter, _ *http.Request) {
+	var loaded []bus.LoadedConfig
+	b.hashes.Range(func(ws, hash any) bool {
+		loaded = append(loaded, bus.LoadedConfig{Workspace: ws.(string), ConfigHash: hash.(string)})
+		return true
+	})
+	_ = json.NewEncoder(w).Encode(map[string][]bus.LoadedConfig{"workspaces": loaded})
+}
+
+// startPods creates the StatefulSet's pods, ready, with their operations
+// port at the shared /configz server.
+func (b *fakeBuses) startPods(ctx context.Context, t *testing.T, k8s client.Client, sts *appsv1.StatefulSet, n int32) {
+	for i := range n {
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: sts.Namespace, Name: fmt.Sprintf("%s-%d", sts.Name, i), Labels: sts.Spec.Template.Labels},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{
+				Name: "bus", Image: "storybus",
+				Ports: []corev1.ContainerPort{{Name: "ops", ContainerPort: b.port, Protocol: corev1.ProtocolTCP}},
+			}}},
+		}
+		if err := k8s.Create(ctx, pod); err != nil {
+			if !apierrors.IsAlreadyExists(err) && ctx.Err() == nil {
+				t.Logf("start pod %s: %v", pod.Name, err)
+			}
+			continue
+		}
+		pod.Status = corev1.PodStatus{
+			Phase: corev1.PodRunning, PodIP: "127.0.0.1", PodIPs: []corev1.PodIP{{IP: "127.0.0.1"}},
+			Conditions: []corev1.PodCondition{
+				{Type: corev1.PodScheduled, Status: corev1.ConditionTrue},
+				{Type: corev1.PodReady, Status: corev1.ConditionTrue},
+			},
+		}
+		if err := k8s.Status().Update(ctx, pod); err != nil && ctx.Err() == nil {
+			t.Logf("mark pod %s ready: %v", pod.Name, err)
+		}
+	}
+}
+
 // markStatefulSetsReady watches the StatefulSets of ns and reports every
-// desired replica ready, until ctx ends.
-func markStatefulSetsReady(ctx context.Context, t *testing.T, k8s client.WithWatch, ns string) {
+// desired replica ready, with its pods, until ctx ends.
+func markStatefulSetsReady(ctx context.Context, t *testing.T, k8s client.WithWatch, ns string, buses *fakeBuses) {
 	for ctx.Err() == nil {
 		w, err := k8s.Watch(ctx, &appsv1.StatefulSetList{}, client.InNamespace(ns))
 		if err != nil {
@@ -297,11 +380,12 @@ func markStatefulSetsReady(ctx context.Context, t *testing.T, k8s client.WithWat
 				continue
 			}
 			sts := ev.Object.(*appsv1.StatefulSet)
+			n := int32(1)
+			if sts.Spec.Replicas != nil {
+				n = *sts.Spec.Replicas
+			}
+			buses.startPods(ctx, t, k8s, sts, n)
 			for {
-				n := int32(1)
-				if sts.Spec.Replicas != nil {
-					n = *sts.Spec.Replicas
-				}
 				if sts.Status.ObservedGeneration == sts.Generation && sts.Status.ReadyReplicas == n {
 					break
 				}
