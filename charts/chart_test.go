@@ -338,6 +338,21 @@ func TestRenderVariants(t *testing.T) {
 			}
 		}
 	})
+	t.Run("tenantExpose and trustedProxies set the operator's defaults", func(t *testing.T) {
+		var d appsv1.Deployment
+		decode(t, find(t, splitManifests(t, render(t, "--set", "tenantExpose.gateway=gateway-system/public,trustedProxies={10.42.0.0/16,2001:db8::/32}")), "Deployment", "storybus-operator"), &d)
+		for _, a := range []string{"--expose-gateway=gateway-system/public", "--trusted-proxies=10.42.0.0/16,2001:db8::/32"} {
+			if !slices.Contains(d.Spec.Template.Spec.Containers[0].Args, a) {
+				t.Errorf("args %v lack %s", d.Spec.Template.Spec.Containers[0].Args, a)
+			}
+		}
+		decode(t, find(t, splitManifests(t, render(t)), "Deployment", "storybus-operator"), &d)
+		for _, a := range d.Spec.Template.Spec.Containers[0].Args {
+			if strings.HasPrefix(a, "--expose-gateway") || strings.HasPrefix(a, "--trusted-proxies") {
+				t.Errorf("default args have %s", a)
+			}
+		}
+	})
 	t.Run("platformAssignsUID leaves the user to the platform", func(t *testing.T) {
 		var d appsv1.Deployment
 		decode(t, find(t, splitManifests(t, render(t)), "Deployment", "storybus-operator"), &d)
@@ -472,6 +487,8 @@ func TestSchemaRefusesBadValues(t *testing.T) {
 		{"metrics port", "metrics.service.port=70000", []string{"/metrics/service/port", "maximum: got 70,000, want 65,535"}},
 		{"memory limit not a quantity", "resources.limits.memory=lots", []string{"/resources/limits/memory", "'lots' does not match pattern"}},
 		{"negative request", "resources.requests.cpu=-1", []string{"/resources/requests/cpu", "minimum: got -1, want 0"}},
+		{"trusted proxy not a CIDR", "trustedProxies={proxy.example}", []string{"/trustedProxies/0", "does not match pattern"}},
+		{"gateway with two slashes", "tenantExpose.gateway=a/b/c", []string{"/tenantExpose/gateway", "does not match pattern"}},
 		{"bus CPU request not a quantity", "busResources.requests.cpu=2cores", []string{"/busResources/requests/cpu", "'2cores' does not match pattern"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/storybus/storybus/api/v1alpha1"
 )
@@ -46,6 +47,11 @@ type Options struct {
 	Now func() time.Time
 	// NetworkPolicy are the defaults of the Tenants' NetworkPolicies.
 	NetworkPolicy NetworkPolicyOptions
+	// Expose are the defaults of the Tenants' spec.expose.
+	Expose ExposeOptions
+	// TrustedProxies are the CIDRs of the trusted proxies of bus pods whose
+	// Tenant sets no spec.trustedProxies.
+	TrustedProxies []string
 	// WatchNamespaces are the namespaces the manager's cache holds (as
 	// CacheOptions was given them); empty means every namespace.
 	WatchNamespaces []string
@@ -68,13 +74,18 @@ func (o Options) withDefaults() Options {
 }
 
 // NewScheme returns a scheme with the built-in kinds and those of
-// api/v1alpha1.
+// api/v1alpha1 and Gateway API v1.
 func NewScheme() (*runtime.Scheme, error) {
 	s := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(s); err != nil {
 		return nil, err
 	}
 	if err := v1alpha1.AddToScheme(s); err != nil {
+		return nil, err
+	}
+	// HTTPRoute is known to the scheme even where its CRDs are not
+	// installed: the RESTMapper says whether the cluster serves it.
+	if err := gatewayv1.Install(s); err != nil {
 		return nil, err
 	}
 	return s, nil

@@ -8,7 +8,9 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -34,10 +36,13 @@ import (
 )
 
 // The suite runs one real kube-apiserver and etcd (envtest) with the CRDs
-// of config/crd/bases, and the operator's manager in this process. Every
+// of config/crd/bases and Gateway API's standard channel, and the operator's manager in this process. Every
 // test works in a namespace of its own. envtest runs no kubelet and no
 // built-in controllers: StatefulSets never get ready pods by themselves and
 // nothing is garbage-collected, so the tests play those parts.
+
+// testDefaultGateway is the operator's --expose-gateway in the suite.
+var testDefaultGateway = v1alpha1.GatewayParentRef{Namespace: "gateway-system", Name: "platform"}
 
 const (
 	testBusImage = "registry.example/storybus:test"
@@ -82,8 +87,14 @@ func runSuite(m *testing.M) int {
 	}
 	ctrl.SetLogger(logr.FromSlogHandler(slog.NewJSONHandler(logOut, nil)))
 
+	gatewayCRDs, err := gatewayAPICRDs()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "FAIL:", err)
+		return 1
+	}
 	env := &envtest.Environment{
 		CRDDirectoryPaths:     []string{filepath.Join("..", "config", "crd", "bases")},
+		CRDInstallOptions:     envtest.CRDInstallOptions{Paths: gatewayCRDs},
 		ErrorIfCRDPathMissing: true,
 		BinaryAssetsDirectory: assets,
 	}
@@ -116,7 +127,8 @@ func runSuite(m *testing.M) int {
 		return 1
 	}
 	managerCache = mgr.GetCache()
-	if err := Setup(mgr, Options{BusImage: testBusImage, BusResources: testBusResources}); err != nil {
+	if err := Setup(mgr, Options{BusImage: testBusImage, BusResources: testBusResources,
+		Expose: ExposeOptions{Gateway: &testDefaultGateway}}); err != nil {
 		fmt.Fprintln(os.Stderr, "FAIL: setup:", err)
 		return 1
 	}
@@ -134,6 +146,21 @@ func runSuite(m *testing.M) int {
 		return 1
 	}
 	return m.Run()
+}
+
+// gatewayAPICRDs are the standard-channel CRD files the HTTPRoute test
+// needs, from the sigs.k8s.io/gateway-api module go.mod pins.
+func gatewayAPICRDs() ([]string, error) {
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/gateway-api").Output()
+	if err != nil {
+		return nil, fmt.Errorf("find the sigs.k8s.io/gateway-api module: %w", err)
+	}
+	dir := filepath.Join(strings.TrimSpace(string(out)), "config", "crd", "standard")
+	var paths []string
+	for _, kind := range []string{"gatewayclasses", "gateways", "httproutes", "referencegrants"} {
+		paths = append(paths, filepath.Join(dir, "gateway.networking.k8s.io_"+kind+".yaml"))
+	}
+	return paths, nil
 }
 
 // consistently fails the test when f returns an error within d.

@@ -29,6 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/storybus/storybus/api/v1alpha1"
@@ -55,6 +56,9 @@ type TenantReconciler struct {
 
 	controller controller.Controller
 	certWatch  tlsWatch
+	// gatewayAPI is true when the cluster served HTTPRoute at setup: the
+	// route is then watched and written.
+	gatewayAPI bool
 }
 
 // tenantScope is what the phases of one reconcile share.
@@ -91,6 +95,9 @@ type tenantScope struct {
 	podsObserved bool
 	loads        []podLoad
 	problems     []string
+	// expose is what the expose phase saw; nil when it did not run or the
+	// Tenant has no spec.expose.
+	expose *exposeObservation
 }
 
 // +kubebuilder:rbac:groups=bus.storybus.io,resources=tenants,verbs=get;list;watch;update;patch
@@ -129,6 +136,7 @@ func (r *TenantReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ c
 	s := &tenantScope{tenant: t}
 	defer func() {
 		applyTenantStatus(t, observeTenant(s, r.ClusterDomain))
+		applyExposeStatus(t, s.expose)
 		err = errors.Join(err, patchStatus(ctx, r.Client, r.Recorder, t, before))
 	}()
 	phases := []func(context.Context, *tenantScope) error{
@@ -144,6 +152,7 @@ func (r *TenantReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ c
 		r.reconcilePDB,
 		r.expandVolumes,
 		r.reconcileNetworkPolicy,
+		r.reconcileExpose,
 		r.observePods,
 	}
 	for _, phase := range phases {
@@ -517,7 +526,15 @@ func randomHex(n int) string {
 
 // SetupWithManager registers the reconciler and its watches.
 func (r *TenantReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	c, err := r.Secrets.Watch(ctrl.NewControllerManagedBy(mgr), r.secretToTenants).
+	var err error
+	if r.gatewayAPI, err = gatewayAPIInstalled(mgr.GetRESTMapper()); err != nil {
+		return err
+	}
+	b := r.Secrets.Watch(ctrl.NewControllerManagedBy(mgr), r.secretToTenants)
+	if r.gatewayAPI {
+		b = b.Owns(&gatewayv1.HTTPRoute{})
+	}
+	c, err := b.
 		For(&v1alpha1.Tenant{}, builder.WithPredicates(predicate.Or[client.Object](specChanged, predicate.LabelChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
 		Owns(&appsv1.StatefulSet{}).
 		Owns(&corev1.Service{}).
@@ -525,6 +542,7 @@ func (r *TenantReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&corev1.Secret{}).
 		Owns(&policyv1.PodDisruptionBudget{}).
 		Owns(&networkingv1.NetworkPolicy{}).
+		Owns(&networkingv1.Ingress{}).
 		// A Connection's status writes cannot change the configuration:
 		// its credentials and their rotation time come through the Secret
 		// watch.

@@ -2,7 +2,6 @@ package controllers
 
 import (
 	"context"
-	"fmt"
 	"net/netip"
 	"net/url"
 	"slices"
@@ -11,9 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 	networkingv1ac "k8s.io/client-go/applyconfigurations/networking/v1"
@@ -55,19 +52,7 @@ func (r *TenantReconciler) reconcileNetworkPolicy(ctx context.Context, s *tenant
 		}
 		return r.apply(ctx, desiredNetworkPolicy(t, r.NetworkPolicy), "networkpolicy")
 	}
-	err := r.Get(ctx, types.NamespacedName{Namespace: t.Namespace, Name: busName(t)}, np)
-	switch {
-	case apierrors.IsNotFound(err):
-		return nil
-	case err != nil:
-		return fmt.Errorf("get networkpolicy: %w", err)
-	case !controlledBy(np, t):
-		return nil
-	}
-	if err := r.Delete(ctx, np); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("delete networkpolicy: %w", err)
-	}
-	return nil
+	return r.deleteControlled(ctx, t, np)
 }
 
 // desiredNetworkPolicy lets into the bus pods only the publish port from

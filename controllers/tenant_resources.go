@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -142,14 +143,21 @@ func desiredPDB(t *v1alpha1.Tenant) *policyv1ac.PodDisruptionBudgetApplyConfigur
 			WithSelector(metav1ac.LabelSelector().WithMatchLabels(selectorLabels(t))))
 }
 
-// busArgs are the arguments of `storybus` in a bus pod.
-func busArgs(t *v1alpha1.Tenant) []string {
+// busArgs are the arguments of `storybus` in a bus pod; trustedProxies
+// are the operator's default of spec.trustedProxies.
+func busArgs(t *v1alpha1.Tenant, trustedProxies []string) []string {
 	args := []string{
 		"serve",
 		"--config", ConfigDir + "/" + ConfigFile,
 		"--listen", ":" + strconv.Itoa(HTTPPort),
 		"--ops-listen", ":" + strconv.Itoa(OpsPort),
 		"--log-format", "json",
+	}
+	if len(t.Spec.TrustedProxies) > 0 {
+		trustedProxies = t.Spec.TrustedProxies
+	}
+	if len(trustedProxies) > 0 {
+		args = append(args, "--trusted-proxies", strings.Join(trustedProxies, ","))
 	}
 	st := t.Spec.Storage
 	if st != nil && st.External != nil {
@@ -252,7 +260,7 @@ func desiredStatefulSet(t *v1alpha1.Tenant, o Options) *appsv1ac.StatefulSetAppl
 		WithName(busContainer).
 		WithImage(image).
 		WithCommand("storybus").
-		WithArgs(append(busArgs(t), tlsArgs(t)...)...).
+		WithArgs(append(busArgs(t, o.TrustedProxies), tlsArgs(t)...)...).
 		WithPorts(
 			corev1ac.ContainerPort().WithName("http").WithContainerPort(HTTPPort).WithProtocol(corev1.ProtocolTCP),
 			corev1ac.ContainerPort().WithName("ops").WithContainerPort(OpsPort).WithProtocol(corev1.ProtocolTCP),

@@ -38,7 +38,7 @@ func TestBusArgs(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			tn := &v1alpha1.Tenant{ObjectMeta: metav1.ObjectMeta{Name: "n"}, Spec: v1alpha1.TenantSpec{Storage: tc.storage}}
-			args := strings.Join(busArgs(tn), " ")
+			args := strings.Join(busArgs(tn, nil), " ")
 			for _, w := range tc.want {
 				if !strings.Contains(args, w) {
 					t.Errorf("%q lacks %q", args, w)
@@ -245,4 +245,32 @@ func TestPodTemplateApplied(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+func TestBusArgsTrustedProxies(t *testing.T) {
+	operator := []string{"10.42.0.0/16"}
+	for _, tc := range []struct {
+		name     string
+		tenant   []string
+		operator []string
+		want     string
+	}{
+		{"none trusted", nil, nil, ""},
+		{"the operator's default", nil, operator, "--trusted-proxies 10.42.0.0/16"},
+		{"the Tenant's own wins", []string{"192.0.2.0/24", "2001:db8::/32"}, operator, "--trusted-proxies 192.0.2.0/24,2001:db8::/32"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tn := &v1alpha1.Tenant{ObjectMeta: metav1.ObjectMeta{Name: "n"}, Spec: v1alpha1.TenantSpec{TrustedProxies: tc.tenant}}
+			args := strings.Join(busArgs(tn, tc.operator), " ")
+			if tc.want == "" {
+				if strings.Contains(args, "--trusted-proxies") {
+					t.Fatalf("%q trusts proxies", args)
+				}
+				return
+			}
+			if !strings.Contains(args, tc.want) {
+				t.Fatalf("%q lacks %q", args, tc.want)
+			}
+		})
+	}
 }

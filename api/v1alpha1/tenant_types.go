@@ -115,6 +115,22 @@ type TenantSpec struct {
 	// beyond the fields above: today its pods' scheduling and metadata.
 	// +optional
 	Template *TenantTemplate `json:"template,omitempty"`
+
+	// Expose makes the bus reachable from outside the cluster through a
+	// Gateway API HTTPRoute or an Ingress for its path prefix.
+	// +optional
+	Expose *TenantExpose `json:"expose,omitempty"`
+
+	// TrustedProxies are the CIDRs of the proxies (the Gateway's or ingress
+	// controller's pods) whose X-Forwarded-For the bus believes: a request
+	// from one of them is decided on the producer's address. Unset or
+	// empty: the operator's --trusted-proxies (by default none).
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=64
+	// +kubebuilder:validation:XValidation:rule="self.all(c, isCIDR(c))",message="every entry must be a CIDR such as 10.0.0.0/8"
+	// +listType=atomic
+	// +optional
+	TrustedProxies []string `json:"trustedProxies,omitempty"`
 }
 
 // TenantTemplate customises the objects the operator makes for a Tenant.
@@ -344,6 +360,11 @@ type TenantStatus struct {
 	// https:// when spec.tls is set.
 	// +optional
 	Endpoint string `json:"endpoint,omitempty"`
+	// ExternalEndpoint is the base URL producers outside the cluster use,
+	// through spec.expose: https:// and its host name. Empty without
+	// spec.expose, or when a gateway expose names no hostnames.
+	// +optional
+	ExternalEndpoint string `json:"externalEndpoint,omitempty"`
 	// Replicas is the number of bus pods desired.
 	// +kubebuilder:default=0
 	// +optional

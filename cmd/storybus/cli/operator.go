@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"strings"
 
 	"github.com/go-logr/logr"
@@ -22,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/storybus/storybus/api/v1alpha1"
 	"github.com/storybus/storybus/controllers"
 )
 
@@ -64,8 +66,15 @@ type OperatorOptions struct {
 	// OperatorNamespace is the operator's own namespace, which may reach
 	// Tenants' operations port too.
 	OperatorNamespace string
-	LogFormat         string
-	LogLevel          string
+	// ExposeGateway is the Gateway ("namespace/name", or "name" in each
+	// Tenant's namespace) of Tenants whose spec.expose.gateway names no
+	// parentRefs.
+	ExposeGateway string
+	// TrustedProxies are the CIDRs of the trusted proxies of Tenants that
+	// set no spec.trustedProxies.
+	TrustedProxies []string
+	LogFormat      string
+	LogLevel       string
 }
 
 func (o *OperatorOptions) bind(cmd *cobra.Command) {
@@ -91,6 +100,8 @@ func (o *OperatorOptions) bind(cmd *cobra.Command) {
 	f.StringVar(&o.NetworkPolicyPublishNamespaces, "network-policy-publish-namespaces", "", "label selector of the namespaces (the platform's gateway or ingress) whose pods may reach the publish port of Tenants that set no spec.networkPolicy.publishFrom, e.g. kubernetes.io/metadata.name=gateway-system; empty allows the Tenant's own namespace only")
 	f.StringVar(&o.NetworkPolicyMonitoringNamespace, "network-policy-monitoring-namespace", controllers.DefaultMonitoringNamespace, "namespace whose pods may reach the bus pods' operations port (/metrics, /healthz, /readyz)")
 	f.StringVar(&o.OperatorNamespace, "operator-namespace", "", "the operator's own namespace, whose pods may reach the bus pods' operations port too")
+	f.StringVar(&o.ExposeGateway, "expose-gateway", "", "the platform's Gateway (namespace/name) that the HTTPRoute of a Tenant whose spec.expose.gateway names no parentRefs attaches to")
+	f.StringSliceVar(&o.TrustedProxies, "trusted-proxies", nil, "CIDRs of the proxies (the Gateway's or ingress controller's pods) whose X-Forwarded-For the bus pods of Tenants that set no spec.trustedProxies believe; empty trusts none")
 	f.StringVar(&o.LogFormat, "log-format", "json", "log format: json or text")
 	f.StringVar(&o.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
 }
@@ -144,6 +155,14 @@ func (o *OperatorOptions) validate() error {
 	if _, err := metav1.ParseToLabelSelector(o.NetworkPolicyPublishNamespaces); err != nil {
 		return usageError{fmt.Errorf("--network-policy-publish-namespaces: %w", err)}
 	}
+	if _, err := o.exposeGateway(); err != nil {
+		return err
+	}
+	for _, c := range o.TrustedProxies {
+		if _, err := netip.ParsePrefix(c); err != nil {
+			return usageError{fmt.Errorf("--trusted-proxies: %q is not a CIDR such as 10.0.0.0/8", c)}
+		}
+	}
 	if o.LogFormat != "json" && o.LogFormat != "text" {
 		return usageError{fmt.Errorf("--log-format must be json or text")}
 	}
@@ -152,6 +171,26 @@ func (o *OperatorOptions) validate() error {
 		return usageError{fmt.Errorf("--log-level: %w", err)}
 	}
 	return nil
+}
+
+// exposeGateway is --expose-gateway as a parent reference; nil when unset.
+func (o *OperatorOptions) exposeGateway() (*v1alpha1.GatewayParentRef, error) {
+	if o.ExposeGateway == "" {
+		return nil, nil
+	}
+	ns, name, found := strings.Cut(o.ExposeGateway, "/")
+	if !found {
+		ns, name = "", o.ExposeGateway
+	}
+	for _, part := range []string{ns, name} {
+		if part == "" && found {
+			return nil, usageError{fmt.Errorf("--expose-gateway %q: want namespace/name", o.ExposeGateway)}
+		}
+		if errs := validation.IsDNS1123Subdomain(part); part != "" && len(errs) > 0 {
+			return nil, usageError{fmt.Errorf("--expose-gateway %q: %s", o.ExposeGateway, strings.Join(errs, "; "))}
+		}
+	}
+	return &v1alpha1.GatewayParentRef{Namespace: ns, Name: name}, nil
 }
 
 func newOperatorCommand() *cobra.Command {
@@ -259,7 +298,13 @@ func RunOperator(ctx context.Context, o OperatorOptions, cfg *rest.Config, log l
 			return usageError{fmt.Errorf("--network-policy-publish-namespaces: %w", err)}
 		}
 	}
+	gateway, err := o.exposeGateway()
+	if err != nil {
+		return err
+	}
 	if err := controllers.Setup(mgr, controllers.Options{
+		Expose:          controllers.ExposeOptions{Gateway: gateway},
+		TrustedProxies:  o.TrustedProxies,
 		BusImage:        o.BusImage,
 		BusPlatformUID:  o.BusPlatformUID,
 		BusResources:    busResources,

@@ -53,6 +53,37 @@ func TestBusResourceFlags(t *testing.T) {
 	}
 }
 
+// TestExposeGatewayFlag: --expose-gateway is namespace/name or name; a
+// malformed one is a usage error, as is a --trusted-proxies entry that is
+// no CIDR.
+func TestExposeGatewayFlag(t *testing.T) {
+	for flag, want := range map[string]string{"gateway-system/public": "gateway-system/public", "public": "/public", "": ""} {
+		o := OperatorOptions{ExposeGateway: flag}
+		ref, err := o.exposeGateway()
+		if err != nil {
+			t.Fatalf("%q: %v", flag, err)
+		}
+		got := ""
+		if ref != nil {
+			got = ref.Namespace + "/" + ref.Name
+		}
+		if got != want {
+			t.Errorf("%q: %q, want %q", flag, got, want)
+		}
+	}
+	var ue usageError
+	for _, flag := range []string{"a/b/c", "/public", "gateway-system/", "Public_GW"} {
+		o := OperatorOptions{ExposeGateway: flag}
+		if _, err := o.exposeGateway(); !errors.As(err, &ue) || !strings.Contains(err.Error(), "--expose-gateway") {
+			t.Errorf("%q: %v, want a usage error naming --expose-gateway", flag, err)
+		}
+	}
+	o := OperatorOptions{TrustedProxies: []string{"10.42.0.0/16", "proxy.example"}, MaxConcurrentReconciles: 1, LogFormat: "json", LogLevel: "info"}
+	if err := o.validate(); !errors.As(err, &ue) || !strings.Contains(err.Error(), "--trusted-proxies") {
+		t.Errorf("validate: %v, want a usage error naming --trusted-proxies", err)
+	}
+}
+
 // syncBuffer is a bytes.Buffer that goroutines may write at once.
 type syncBuffer struct {
 	mu sync.Mutex
