@@ -200,6 +200,11 @@ func desiredIngress(t *v1alpha1.Tenant) *networkingv1ac.IngressApplyConfiguratio
 	if in.ClassName != "" {
 		spec = spec.WithIngressClassName(in.ClassName)
 	}
+	if secret := tlsSecretName(t); secret != "" {
+		// The ingress controller terminates TLS with the Tenant's own key
+		// pair, whose Certificate covers the host (certificateDNSNames).
+		spec = spec.WithTLS(networkingv1ac.IngressTLS().WithHosts(in.Host).WithSecretName(secret))
+	}
 	return networkingv1ac.Ingress(busName(t), t.Namespace).
 		WithLabels(tenantLabels(t)).
 		WithOwnerReferences(ownerRef(t)).

@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -83,12 +84,26 @@ func tlsMounts(t *v1alpha1.Tenant) ([]*corev1ac.VolumeApplyConfiguration, []*cor
 		[]*corev1ac.VolumeMountApplyConfiguration{corev1ac.VolumeMount().WithName(tlsVolume).WithMountPath(TLSDir).WithReadOnly(true)}
 }
 
+// exposedHostnames are the host names spec.expose serves the bus under:
+// the Ingress's host or the route's host names.
+func exposedHostnames(t *v1alpha1.Tenant) []string {
+	switch ex := t.Spec.Expose; {
+	case ex == nil:
+		return nil
+	case ex.Ingress != nil:
+		return []string{ex.Ingress.Host}
+	case ex.Gateway != nil:
+		return ex.Gateway.Hostnames
+	}
+	return nil
+}
+
 // certificateDNSNames are the names the Certificate covers: the bus
 // Service's in-cluster names, then spec.tls.dnsNames.
 func certificateDNSNames(t *v1alpha1.Tenant, clusterDomain string) []string {
 	svc := busName(t)
 	names := []string{svc, svc + "." + t.Namespace, svc + "." + t.Namespace + ".svc", svc + "." + t.Namespace + ".svc." + clusterDomain}
-	for _, n := range t.Spec.TLS.DNSNames {
+	for _, n := range append(slices.Clone(t.Spec.TLS.DNSNames), exposedHostnames(t)...) {
 		if !containsString(names, n) {
 			names = append(names, n)
 		}
