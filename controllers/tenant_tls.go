@@ -104,20 +104,11 @@ func certificateDNSNames(t *v1alpha1.Tenant, clusterDomain string) []string {
 	svc := busName(t)
 	names := []string{svc, svc + "." + t.Namespace, svc + "." + t.Namespace + ".svc", svc + "." + t.Namespace + ".svc." + clusterDomain}
 	for _, n := range append(slices.Clone(t.Spec.TLS.DNSNames), exposedHostnames(t)...) {
-		if !containsString(names, n) {
+		if !slices.Contains(names, n) {
 			names = append(names, n)
 		}
 	}
 	return names
-}
-
-func containsString(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // desiredCertificate is the cert-manager Certificate of an issuerRef
