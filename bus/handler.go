@@ -43,6 +43,9 @@ type request struct {
 	// rateOnly limits the request by its connection's rate alone, without
 	// the daily quota, which counts accepted messages.
 	rateOnly bool
+	// lost drops the answer of an accepted message (a sandbox's
+	// SandboxLost).
+	lost bool
 }
 
 // contentType is a request's Content-Type: its media type in lower case,
@@ -100,11 +103,13 @@ func runStages(r *request, stages []stage) bool {
 }
 
 // stages returns the pipeline of SPEC §3.2 up to grants (stage 9), with
-// auth as stage 3; the publish core runs stages 10 to 13.
+// auth as stage 3 and a sandbox's provoked answers right after it; the
+// publish core runs stages 10 to 13.
 func (s *Server) stages(auth func(*request) outcome) []stage {
 	return []stage{
 		{"size", s.readBody},
 		{"authentication", auth},
+		{"sandbox answer", s.sandboxAnswer},
 		{"connection, firewall and limits", s.gate},
 		{"parse", parse},
 		{"som", validate},
@@ -151,6 +156,10 @@ func (s *Server) publishWith(c *gin.Context, stages []stage) {
 		writeJSON(c, http.StatusOK, Duplicate{Accepted: true, Duplicate: true, MessageID: req.msg.MessageID})
 	default:
 		s.countAccepted(req)
+		if req.lost {
+			// Recorded and published: the answer alone is lost.
+			panic(http.ErrAbortHandler)
+		}
 		tolerated := out.Tolerated
 		if tolerated == nil {
 			tolerated = []rules.Violation{}

@@ -94,6 +94,10 @@ type Workspace struct {
 	PolicyTimeout Duration `json:"policyTimeout,omitzero"`
 	// Connections are the producers and consumers allowed in.
 	Connections []Connection `json:"connections,omitempty"`
+	// Sandbox makes the workspace a sandbox for producers' tests: a
+	// publish request may ask for any answer of the publish routes with the
+	// Storybus-Sandbox-Answer header, which other workspaces refuse.
+	Sandbox bool `json:"sandbox,omitempty"`
 
 	// source is what Load read the configuration from.
 	source source

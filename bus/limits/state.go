@@ -42,8 +42,9 @@ func (s state) clone() state {
 
 func utcDay(t time.Time) string { return t.UTC().Format(time.DateOnly) }
 
-// nextMidnight returns the start of the UTC day after t's.
-func nextMidnight(t time.Time) time.Time {
+// NextMidnight returns the start of the UTC day after t's: when a daily
+// quota used up at t is renewed.
+func NextMidnight(t time.Time) time.Time {
 	u := t.UTC()
 	return time.Date(u.Year(), u.Month(), u.Day()+1, 0, 0, 0, 0, time.UTC)
 }
@@ -103,7 +104,7 @@ func (s *state) admitRate(now time.Time, rate float64, burst int) (bool, time.Du
 // only the holds caused, which may end within moments.
 func (s *state) reserve(now time.Time, quota int64, lease time.Duration) (until int64, wait time.Duration, heldOnly bool) {
 	if s.Accepted >= quota {
-		return 0, nextMidnight(now).Sub(now), false
+		return 0, NextMidnight(now).Sub(now), false
 	}
 	if s.Accepted+s.inFlight() >= quota {
 		return 0, time.Second, true

@@ -87,6 +87,8 @@ const (
 	BusPublishFailed       = "bus.publish_failed"
 	RegistryUnavailable    = "registry.unavailable"
 	BusUnavailable         = "bus.unavailable"
+	SandboxNotEnabled      = "sandbox.not_enabled"
+	SandboxAnswerUnknown   = "sandbox.answer_unknown"
 
 	// Rules of the consumer routes (HTTP pull delivery).
 	ConsumerRequestInvalid = "consumer.request_invalid"
@@ -124,6 +126,12 @@ var policyRules = []Rule{
 	{ID: AuthAttemptsExceeded, Status: http.StatusTooManyRequests, Source: SourcePolicy, Stage: 3, Retry: "After Retry-After",
 		Meaning: "Token endpoint only: too many failed attempts with this client id, or from this source address, within the window. Every attempt is refused until the lockout ends, even with the right secret.",
 		Fix:     "Fix the client's credentials, then retry after Retry-After. Tokens already issued keep working. If nobody you know failed, someone is guessing the secret: rotate it."},
+	{ID: SandboxNotEnabled, Status: http.StatusBadRequest, Source: SourcePolicy, Stage: 3, Retry: retryNo,
+		Meaning: "The request carries the Storybus-Sandbox-Answer header, and the workspace is not a sandbox. Nothing was recorded or published.",
+		Fix:     "A bug in your configuration: the header belongs in tests against a sandbox workspace (storybus dev, or a Tenant with spec.sandbox). Never send it to a production workspace."},
+	{ID: SandboxAnswerUnknown, Status: http.StatusBadRequest, Source: SourcePolicy, Stage: 3, Retry: retryNo,
+		Meaning: "Sandbox workspaces only: the Storybus-Sandbox-Answer header names no answer of the publish routes: not a catalogued refusal of theirs, not a refusal of the workspace's own modules, and not lost. Nothing was recorded or published.",
+		Fix:     "Name one refusal's rule id from the catalogue (warnings are never an answer), or lost, in one Storybus-Sandbox-Answer header."},
 	{ID: ConnectionInactive, Status: http.StatusForbidden, Source: SourcePolicy, Stage: 4, Retry: retryNo,
 		Meaning: "The connection is not active.",
 		Fix:     "Configuration: ask a workspace admin to activate the connection."},
