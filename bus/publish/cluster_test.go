@@ -42,6 +42,7 @@ func TestOnExternalCluster(t *testing.T) {
 		"head after restart":         TestHeadIsReadFromTheStoreAfterRestart,
 		"stopped after publish":      TestStoppedAfterPublish,
 		"publish and removal failed": TestPublishAndRemovalFailureLeavesLease,
+		"resend after a stale view":  TestResendAfterAStaleView,
 	} {
 		t.Run(name, scenario)
 	}

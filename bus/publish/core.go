@@ -234,10 +234,15 @@ const (
 type record struct {
 	Hash  string `json:"h"`
 	State string `json:"s"`
+	// After is set on a snapshot's record: the stream sequence of the
+	// story head its publication is (or was last) expected to follow. A
+	// published snapshot is the first message on its story subject after
+	// After, so one read proves or disproves its publication.
+	After *uint64 `json:"e,omitempty"`
 }
 
-func encodeRecord(hash, state string) []byte {
-	b, _ := json.Marshal(record{Hash: hash, State: state})
+func encodeRecord(hash, state string, after *uint64) []byte {
+	b, _ := json.Marshal(record{Hash: hash, State: state, After: after})
 	return b
 }
 
@@ -255,6 +260,8 @@ type attempt struct {
 	recorded time.Time
 	head     Head
 	rev      uint64
+	// after is the After of this attempt's record (snapshots only).
+	after    uint64
 	decision Decision
 	seqWarn  []rules.Violation
 }
@@ -285,10 +292,17 @@ func (a *attempt) run(ctx context.Context) Outcome {
 	// costs no write. Stage 10 still comes first: an existing record for
 	// the message_id decides before any refusal.
 	if a.snapshot {
-		if h, ok := a.c.heads.get(a.msg.StoryID); ok {
-			a.head = h
+		h, ok := a.c.heads.get(a.msg.StoryID)
+		if !ok {
+			// A story this process does not know is read from the store,
+			// so that the record names the head its publication follows.
+			var err error
+			if h, err = a.c.readHead(ctx, a.subject); err != nil {
+				return a.c.unavailable(err, "read story head")
+			}
+			a.c.heads.put(a.msg.StoryID, h)
 		}
-		// An unknown story is assumed new; the compare-and-swap proves it.
+		a.head = h
 	}
 	if refusal := a.evaluate(); refusal != nil {
 		entry, err := a.c.getRecord(ctx, a.key)
@@ -303,7 +317,7 @@ func (a *attempt) run(ctx context.Context) Outcome {
 
 	t0 := time.Now()
 	cctx, cancel := context.WithTimeout(ctx, a.c.opTimeout)
-	rev, err := a.c.ws.Records.Create(cctx, a.key, encodeRecord(a.hash, stateRecorded))
+	rev, err := a.c.ws.Records.Create(cctx, a.key, a.recordValue())
 	cancel()
 	a.c.observe("record_create", time.Since(t0))
 	if errors.Is(err, jetstream.ErrKeyExists) {
@@ -324,6 +338,16 @@ func (a *attempt) run(ctx context.Context) Outcome {
 		return Outcome{Abandoned: true}
 	}
 	return a.commit(ctx, false)
+}
+
+// recordValue is this attempt's record, recorded and not yet published;
+// a snapshot's names the head its publication follows.
+func (a *attempt) recordValue() []byte {
+	if !a.snapshot {
+		return encodeRecord(a.hash, stateRecorded, nil)
+	}
+	a.after = a.head.SubjectSeq
+	return encodeRecord(a.hash, stateRecorded, &a.after)
 }
 
 // evaluate applies the snapshot-order rules and the workspace policy to the
@@ -352,6 +376,13 @@ func (a *attempt) evaluate() *rules.Violation {
 // superseded, never contended, by a newer snapshot.
 func (a *attempt) commit(ctx context.Context, republish bool) Outcome {
 	for try := 0; ; try++ {
+		if a.snapshot && a.head.SubjectSeq != a.after {
+			// The head moved since the record was written: the record
+			// names the new one before the publication can follow it.
+			if out, ok := a.rename(ctx); !ok {
+				return out
+			}
+		}
 		if err := a.c.fault(ctx, FaultBeforePublish, a.msg.MessageID); err != nil {
 			return Outcome{Abandoned: true}
 		}
@@ -411,6 +442,27 @@ func (a *attempt) commit(ctx context.Context, republish bool) Outcome {
 			return a.refuseDecided(refusal)
 		}
 	}
+}
+
+// rename rewrites this attempt's record to name the current head, guarded
+// by the record's revision. It reports false, with the answer, when the
+// record is no longer this attempt's or the store failed.
+func (a *attempt) rename(ctx context.Context) (Outcome, bool) {
+	cctx, cancel := context.WithTimeout(ctx, a.c.opTimeout)
+	rev, err := a.c.ws.Records.Update(cctx, a.key, a.recordValue(), a.rev)
+	cancel()
+	if isRevisionConflict(err) {
+		return a.retryLater(rules.MessageInFlight, "another retry of this message is publishing it", time.Second), false
+	}
+	if err != nil {
+		return a.c.unavailable(err, "update record"), false
+	}
+	a.rev = rev
+	return Outcome{}, true
+}
+
+func isRevisionConflict(err error) bool {
+	return errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) || store.IsWrongLastSequence(err)
 }
 
 // changedSinceRecorded reports whether the story head was written after
@@ -526,7 +578,7 @@ func (a *attempt) existing(ctx context.Context, entry jetstream.KeyValueEntry) O
 	if a.snapshot {
 		// A snapshot's record is never marked: the story subject proves
 		// whether it was published.
-		published, head, err := a.c.snapshotPublished(ctx, a.subject, a.msg)
+		published, head, err := a.c.snapshotPublished(ctx, a.subject, a.msg, rec.After)
 		if err != nil {
 			return a.c.unavailable(err, "read story")
 		}
@@ -551,9 +603,9 @@ func (a *attempt) existing(ctx context.Context, entry jetstream.KeyValueEntry) O
 	}
 	// Take the record over: only one retry can win this compare-and-swap.
 	cctx, cancel = context.WithTimeout(ctx, a.c.opTimeout)
-	rev, err := a.c.ws.Records.Update(cctx, a.key, encodeRecord(a.hash, stateRecorded), entry.Revision())
+	rev, err := a.c.ws.Records.Update(cctx, a.key, a.recordValue(), entry.Revision())
 	cancel()
-	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) || store.IsWrongLastSequence(err) {
+	if isRevisionConflict(err) {
 		return a.retryLater(rules.MessageInFlight, "another retry of this message is publishing it", time.Second)
 	}
 	if err != nil {
@@ -604,7 +656,7 @@ func (c *Core) mark(id, key string, rev uint64, hash, state string) {
 			return
 		}
 		t0 := time.Now()
-		_, err := c.ws.Records.Update(ctx, key, encodeRecord(hash, state), rev)
+		_, err := c.ws.Records.Update(ctx, key, encodeRecord(hash, state, nil), rev)
 		c.observe("record_mark", time.Since(t0))
 		if err != nil {
 			c.log.Warn("marking record failed; the lease covers it", "workspace", c.ws.ID, "key", key, "state", state, "error", err)

@@ -130,8 +130,12 @@ func (c *Core) readHead(ctx context.Context, subject string) (Head, error) {
 // snapshotPublished reports whether the snapshot msg was published on its
 // story subject, and returns the story's current head. Sequence numbers grow
 // along a story subject, so a published snapshot is the head, or lies
-// before the first message with a larger sequence number.
-func (c *Core) snapshotPublished(ctx context.Context, subject string, msg *som.Message) (bool, Head, error) {
+// before the first message with a larger sequence number. Its record names
+// the head its publication followed (after): the publish's compare-and-swap
+// put it directly after that head, so the first message on the subject
+// past after is the snapshot if it was published at all. Two reads, however
+// long the story.
+func (c *Core) snapshotPublished(ctx context.Context, subject string, msg *som.Message, after *uint64) (bool, Head, error) {
 	head, err := c.readHead(ctx, subject)
 	if err != nil {
 		return false, Head{}, err
@@ -142,9 +146,25 @@ func (c *Core) snapshotPublished(ctx context.Context, subject string, msg *som.M
 		return true, head, nil
 	case !head.Exists || head.SequenceNumber <= msg.SequenceNumber:
 		return false, head, nil
+	case after == nil:
+		return c.walkStory(ctx, subject, msg, head)
 	}
-	// Walk the story subject with direct gets (served by any replica),
-	// up to the first snapshot at or past msg's sequence number.
+	cctx, cancel := context.WithTimeout(ctx, c.opTimeout)
+	defer cancel()
+	m, err := c.ws.Stream.GetMsg(cctx, *after+1, jetstream.WithGetMsgSubject(subject))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return false, head, nil
+	}
+	if err != nil {
+		return false, head, err
+	}
+	return m.Header.Get(nats.MsgIdHdr) == msg.MessageID, head, nil
+}
+
+// walkStory looks for msg on its story subject message by message, for a
+// record written before records named the head they follow: one read per
+// message, up to the first snapshot at or past msg's sequence number.
+func (c *Core) walkStory(ctx context.Context, subject string, msg *som.Message, head Head) (bool, Head, error) {
 	for next := uint64(1); ; {
 		cctx, cancel := context.WithTimeout(ctx, c.opTimeout)
 		m, err := c.ws.Stream.GetMsg(cctx, next, jetstream.WithGetMsgSubject(subject))
