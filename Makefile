@@ -113,7 +113,7 @@ scale: tools ## Reconcile 500 Tenants with 5,000 Connections against envtest: ti
 	STORYBUS_SCALE=full KUBEBUILDER_ASSETS=$(BIN) $(GO) test -count=1 -timeout 60m -run '^TestOperatorAtScale$$' -v ./controllers/scale/
 
 .PHONY: bench
-bench: ## Benchmark publishing through the bus against raw JetStream baselines, both fsync modes.
+bench: ## Benchmark publishing through the bus against HTTP relay and raw JetStream baselines, both fsync modes.
 	$(GO) run ./cmd/storybus bench --sync always
 	$(GO) run ./cmd/storybus bench --sync interval
 

@@ -1,11 +1,16 @@
 // Package bench is the publish benchmark of SPEC §12: in one process and
-// one run it measures the bus's publish API over HTTP side by side with two
+// one run it measures the bus's publish API over HTTP side by side with
 // baselines on the same embedded JetStream and the same kind of connection,
 // so that their ratio says what the bus costs on this machine:
 //
 //   - bus: producers POST SOM 1.0 story.context snapshots to the bus's
 //     HTTP API, which validates, records and publishes each one (a
 //     snapshot's record is never marked: its story subject proves it);
+//   - relay: the same requests to a bare handler on the bus's HTTP stack
+//     that decodes message_id and story_id and does one JetStream publish
+//     to the story subject: the floor of any HTTP front of JetStream;
+//   - relay two-write: the relay with a records-bucket create before the
+//     publish, the floor of one that records a message before publishing;
 //   - raw single: one durable JetStream publish per message, de-duplicated
 //     on Nats-Msg-Id, to a stream configured like the bus's topic;
 //   - three-write: the naive idempotent publish, a record create, a publish
@@ -23,6 +28,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,14 +43,18 @@ const (
 	SyncInterval = "interval"
 )
 
-// PhaseName names one of the three ways of publishing the benchmark
-// compares.
+// PhaseName names one of the ways of publishing the benchmark compares.
 type PhaseName string
 
 // The phases, in the order a round runs them.
 const (
 	// PhaseBus publishes through the bus's HTTP API.
 	PhaseBus PhaseName = "bus"
+	// PhaseRelay posts to the relay: one publish per message.
+	PhaseRelay PhaseName = "relay"
+	// PhaseRelayTwoWrite posts to the relay that creates the message's
+	// record before the publish.
+	PhaseRelayTwoWrite PhaseName = "relay-two-write"
 	// PhaseRaw is one JetStream publish per message.
 	PhaseRaw PhaseName = "raw-single"
 	// PhaseThreeWrite is record create, publish, record update per message.
@@ -52,7 +62,7 @@ const (
 )
 
 // Phases lists every phase in the order a round runs them.
-var Phases = []PhaseName{PhaseBus, PhaseRaw, PhaseThreeWrite}
+var Phases = []PhaseName{PhaseBus, PhaseRelay, PhaseRelayTwoWrite, PhaseRaw, PhaseThreeWrite}
 
 // Options configure a run. DefaultOptions gives the command line's
 // defaults; a zero Warmup means no warm-up.
@@ -74,8 +84,11 @@ type Options struct {
 	// Messages, when above 0, measures this many messages per phase
 	// instead of Duration.
 	Messages int
-	// Rounds repeats bus, raw single and three-write, each on fresh
-	// streams; the report's headline is the median round.
+	// Phases are the phases a round runs, in Phases' order; empty runs
+	// them all.
+	Phases []PhaseName
+	// Rounds repeats every phase, each on fresh streams; the report's
+	// headline is the median round.
 	Rounds int
 	// DataDir is where the store's fresh temporary directory is made;
 	// empty is the system's temporary directory. It should be on the disk
@@ -126,6 +139,11 @@ func (o Options) Validate() error {
 	if o.Rounds < 1 {
 		errs = append(errs, errors.New("rounds must be at least 1"))
 	}
+	for _, p := range o.Phases {
+		if !slices.Contains(Phases, p) {
+			errs = append(errs, fmt.Errorf("unknown phase %q (the phases: %s)", p, phaseList()))
+		}
+	}
 	return errors.Join(errs...)
 }
 
@@ -145,25 +163,47 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	var problems []error
 	for r := 1; r <= o.Rounds; r++ {
 		round := Round{Round: r}
-		for _, name := range Phases {
+		for _, name := range o.phases() {
 			ph, err := e.runPhase(ctx, name, r)
 			if err != nil {
 				return nil, fmt.Errorf("round %d, %s: %w", r, name, err)
 			}
 			if o.Progress != nil {
-				fmt.Fprintf(o.Progress, "round %d/%d %-11s %8.0f msgs/s  p50 %6.2f ms  p99 %6.2f ms  errors %d\n",
+				fmt.Fprintf(o.Progress, "round %d/%d %-15s %8.0f msgs/s  p50 %6.2f ms  p99 %6.2f ms  errors %d\n",
 					r, o.Rounds, name, ph.PerSecond, ph.P50Ms, ph.P99Ms, ph.Errors)
 			}
 			problems = append(problems, ph.problems(r)...)
 			round.set(ph)
 		}
-		round.BusOverRaw = ratio(round.Bus.PerSecond, round.Raw.PerSecond)
-		round.BusOverThreeWrite = ratio(round.Bus.PerSecond, round.ThreeWrite.PerSecond)
+		round.ratios()
 		rep.Rounds = append(rep.Rounds, round)
 	}
 	rep.Machine.LoadEnd = loadAverage()
 	rep.summarise()
 	return rep, errors.Join(problems...)
+}
+
+// phases returns the phases a round runs, in Phases' order.
+func (o Options) phases() []PhaseName {
+	if len(o.Phases) == 0 {
+		return Phases
+	}
+	var out []PhaseName
+	for _, p := range Phases {
+		if slices.Contains(o.Phases, p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// phaseList returns the phases' names separated by commas.
+func phaseList() string {
+	names := make([]string, len(Phases))
+	for i, p := range Phases {
+		names[i] = string(p)
+	}
+	return strings.Join(names, ",")
 }
 
 // runPhase runs one phase on fresh streams, checks what its stream holds
@@ -197,9 +237,11 @@ func (e *env) runPhase(ctx context.Context, name PhaseName, round int) (Phase, e
 
 // durableWrites says what each phase writes per message.
 var durableWrites = map[PhaseName]string{
-	PhaseBus:        "2",
-	PhaseRaw:        "1",
-	PhaseThreeWrite: "3",
+	PhaseBus:           "2",
+	PhaseRelay:         "1",
+	PhaseRelayTwoWrite: "2",
+	PhaseRaw:           "1",
+	PhaseThreeWrite:    "3",
 }
 
 // workerStats is what one producer saw.

@@ -33,7 +33,10 @@ func TestRun(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	for _, ph := range []Phase{rep.Bus, rep.Raw, rep.ThreeWrite} {
+	if got := len(rep.phases()); got != len(Phases) {
+		t.Errorf("the report has %d phases; want %d", got, len(Phases))
+	}
+	for _, ph := range rep.phases() {
 		if ph.Accepted <= 0 || ph.PerSecond <= 0 {
 			t.Errorf("%s: accepted %d messages, %.1f/s; want more than 0", ph.Name, ph.Accepted, ph.PerSecond)
 		}
@@ -50,9 +53,12 @@ func TestRun(t *testing.T) {
 	if len(rep.Bus.Statuses) != 1 || rep.Bus.Statuses[http.StatusAccepted] != rep.Bus.AcceptedTotal {
 		t.Errorf("bus answers by status = %v; want only 202, %d times", rep.Bus.Statuses, rep.Bus.AcceptedTotal)
 	}
-	for name, r := range map[string]float64{"bus ÷ raw single": rep.BusOverRaw, "bus ÷ three-write": rep.BusOverThreeWrite} {
-		if !(r > 0) || math.IsInf(r, 0) {
-			t.Errorf("%s = %v; want finite and positive", name, r)
+	for name, r := range map[string]Ratio{"bus ÷ relay": rep.BusOverRelay, "bus ÷ relay two-write": rep.BusOverRelayTwoWrite,
+		"bus ÷ raw single": rep.BusOverRaw, "bus ÷ three-write": rep.BusOverThreeWrite} {
+		for _, v := range []float64{r.Throughput, r.P50, r.P99} {
+			if !(v > 0) || math.IsInf(v, 0) {
+				t.Errorf("%s = %+v; want finite and positive", name, r)
+			}
 		}
 	}
 	if _, err := json.Marshal(rep); err != nil {
@@ -62,7 +68,8 @@ func TestRun(t *testing.T) {
 	if err := rep.WriteTable(&table); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"bus (HTTP API)", "raw single publish", "three-write", "bus ÷ raw single", "--producers 4"} {
+	for _, want := range []string{"bus (HTTP API)", "relay (HTTP, 1 write)", "relay two-write (HTTP)", "raw single publish", "three-write",
+		"relay two-write  ", "--producers 4"} {
 		if !strings.Contains(table.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, table.String())
 		}

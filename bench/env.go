@@ -27,7 +27,8 @@ import (
 
 // env is the one process layout every phase runs in: an embedded JetStream
 // in a fresh directory, one in-process connection to it (exactly as the bus
-// connects), and the bus serving its publish API on a loopback listener.
+// connects), the bus serving its publish API on a loopback listener, and
+// the relay on another, both with the bus's HTTP stack.
 type env struct {
 	o   Options
 	dir string
@@ -38,6 +39,7 @@ type env struct {
 	metrics *bus.Metrics
 	api     *http.Server
 	base    string
+	relay   *relay
 	client  *http.Client
 }
 
@@ -72,9 +74,12 @@ func newEnv(ctx context.Context, o Options) (_ *env, err error) {
 	if err != nil {
 		return nil, err
 	}
-	e.api = &http.Server{Handler: e.srv.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	e.api = bus.NewHTTPServer(e.srv.Handler(), slog.NewLogLogger(log.Handler(), slog.LevelWarn))
 	go func() { _ = e.api.Serve(ln) }()
 	e.base = "http://" + ln.Addr().String()
+	if e.relay, err = startRelay(e.st.JS, log); err != nil {
+		return nil, err
+	}
 	// Keep-alive for every producer: a connection per request would measure
 	// TCP set-up, not the bus.
 	idle := 2*o.Producers + 4
@@ -95,10 +100,12 @@ func (e *env) close() {
 	if e.client != nil {
 		e.client.CloseIdleConnections()
 	}
-	if e.api != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_ = e.api.Shutdown(ctx)
-		cancel()
+	for _, api := range []*http.Server{e.api, e.relayAPI()} {
+		if api != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_ = api.Shutdown(ctx)
+			cancel()
+		}
 	}
 	if e.srv != nil {
 		e.srv.Wait()
@@ -145,8 +152,23 @@ func (e *env) open(ctx context.Context, p PhaseName, ws string) (target, error) 
 			return nil, err
 		}
 		return &threeWriteTarget{rawTarget{wsStore{js: e.st.JS, id: ws}, w}}, nil
+	case PhaseRelay, PhaseRelayTwoWrite:
+		w, err := e.st.OpenWorkspace(ctx, ws, config.MinIdempotencyWindow, 0)
+		if err != nil {
+			return nil, err
+		}
+		e.relay.workspaces.Store(ws, &relayWorkspace{ws: w, twoWrite: p == PhaseRelayTwoWrite})
+		return &relayTarget{wsStore: wsStore{js: e.st.JS, id: ws}, poster: poster{client: e.client, url: e.relay.url(ws)}, r: e.relay}, nil
 	}
 	return nil, fmt.Errorf("unknown phase %q", p)
+}
+
+// relayAPI is the relay's server, or nil before it started.
+func (e *env) relayAPI() *http.Server {
+	if e.relay == nil {
+		return nil
+	}
+	return e.relay.api
 }
 
 // wsStore is what the store-level targets share: the workspace's stream and
@@ -175,9 +197,8 @@ func (s wsStore) remove(ctx context.Context) error {
 // busTarget publishes through the bus's HTTP API with a bearer token.
 type busTarget struct {
 	wsStore
-	e    *env
-	url  string
-	auth string
+	poster
+	e *env
 }
 
 // openBus serves a fresh workspace with one connection granted SystemID and
@@ -207,9 +228,8 @@ func (e *env) openBus(ctx context.Context, ws string) (*busTarget, error) {
 	}
 	return &busTarget{
 		wsStore: wsStore{js: e.st.JS, id: ws},
+		poster:  poster{client: e.client, url: e.base + "/v1/tenants/" + ws + "/messages", auth: "Bearer " + token},
 		e:       e,
-		url:     e.base + "/v1/tenants/" + ws + "/messages",
-		auth:    "Bearer " + token,
 	}, nil
 }
 
@@ -239,14 +259,26 @@ func (e *env) token(ctx context.Context, ws, clientID, secret string) (string, e
 	return tr.AccessToken, nil
 }
 
-func (t *busTarget) publish(ctx context.Context, m message) (int, error) {
+// poster POSTs messages over HTTP, as a producer does: the bus phase and
+// the relay phases send every request with it, through one client.
+type poster struct {
+	client *http.Client
+	url    string
+	// auth is the Authorization header; empty sends none.
+	auth string
+}
+
+// publish posts one message; anything but 202 is an error.
+func (t poster) publish(ctx context.Context, m message) (int, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.url, bytes.NewReader(m.body))
 	if err != nil {
 		return 0, err
 	}
-	req.Header.Set("Authorization", t.auth)
+	if t.auth != "" {
+		req.Header.Set("Authorization", t.auth)
+	}
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := t.e.client.Do(req)
+	resp, err := t.client.Do(req)
 	if err != nil {
 		return 0, err
 	}

@@ -11,44 +11,87 @@ import (
 	"text/tabwriter"
 )
 
-// Report is the result of a run. Its headline numbers (Bus, Raw,
-// ThreeWrite and the ratios) are those of the median round.
+// Report is the result of a run. Its headline (the embedded Round) is the
+// median round.
 type Report struct {
 	Machine  Machine  `json:"machine"`
 	Settings Settings `json:"settings"`
-	// MedianRound is the round, from 1, whose bus ÷ raw single ratio is the
-	// median (the lower one for an even number of rounds).
-	MedianRound int   `json:"median_round"`
-	Bus         Phase `json:"bus"`
-	Raw         Phase `json:"raw_single"`
-	ThreeWrite  Phase `json:"three_write"`
-	// BusOverRaw is the bus's messages/s divided by raw single's.
-	BusOverRaw float64 `json:"bus_over_raw_single"`
-	// BusOverThreeWrite is the bus's messages/s divided by three-write's.
-	BusOverThreeWrite float64 `json:"bus_over_three_write"`
+	// MedianRound is the round, from 1, whose bus ÷ relay two-write
+	// throughput is the median (the lower one for an even number of
+	// rounds).
+	MedianRound int `json:"median_round"`
+	Round
 	// Rounds holds every round.
 	Rounds []Round `json:"rounds"`
 }
 
-// Round is one run of the three phases.
+// Round is one run of every phase, and the bus's ratios to each baseline.
 type Round struct {
-	Round             int     `json:"round"`
-	Bus               Phase   `json:"bus"`
-	Raw               Phase   `json:"raw_single"`
-	ThreeWrite        Phase   `json:"three_write"`
-	BusOverRaw        float64 `json:"bus_over_raw_single"`
-	BusOverThreeWrite float64 `json:"bus_over_three_write"`
+	Round         int   `json:"round"`
+	Bus           Phase `json:"bus"`
+	Relay         Phase `json:"relay"`
+	RelayTwoWrite Phase `json:"relay_two_write"`
+	Raw           Phase `json:"raw_single"`
+	ThreeWrite    Phase `json:"three_write"`
+	// BusOverRelay and the others compare the bus with each baseline.
+	BusOverRelay         Ratio `json:"bus_over_relay"`
+	BusOverRelayTwoWrite Ratio `json:"bus_over_relay_two_write"`
+	BusOverRaw           Ratio `json:"bus_over_raw_single"`
+	BusOverThreeWrite    Ratio `json:"bus_over_three_write"`
+}
+
+// Ratio compares the bus with a baseline: the bus's number divided by the
+// baseline's, 0 where the baseline measured nothing.
+type Ratio struct {
+	// Throughput divides messages per second: above 1, the bus is faster.
+	Throughput float64 `json:"messages_per_second"`
+	// P50 and P99 divide the latency percentiles: above 1, the bus is
+	// slower.
+	P50 float64 `json:"p50"`
+	P99 float64 `json:"p99"`
+}
+
+// compare returns bus ÷ base.
+func compare(bus, base Phase) Ratio {
+	return Ratio{
+		Throughput: ratio(bus.PerSecond, base.PerSecond),
+		P50:        ratio(bus.P50Ms, base.P50Ms),
+		P99:        ratio(bus.P99Ms, base.P99Ms),
+	}
 }
 
 func (r *Round) set(ph Phase) {
 	switch ph.Name {
 	case PhaseBus:
 		r.Bus = ph
+	case PhaseRelay:
+		r.Relay = ph
+	case PhaseRelayTwoWrite:
+		r.RelayTwoWrite = ph
 	case PhaseRaw:
 		r.Raw = ph
 	case PhaseThreeWrite:
 		r.ThreeWrite = ph
 	}
+}
+
+// ratios computes the round's ratios from its phases.
+func (r *Round) ratios() {
+	r.BusOverRelay = compare(r.Bus, r.Relay)
+	r.BusOverRelayTwoWrite = compare(r.Bus, r.RelayTwoWrite)
+	r.BusOverRaw = compare(r.Bus, r.Raw)
+	r.BusOverThreeWrite = compare(r.Bus, r.ThreeWrite)
+}
+
+// phases returns the phases the round ran, in the order it ran them.
+func (r *Round) phases() []Phase {
+	var out []Phase
+	for _, ph := range []Phase{r.Bus, r.Relay, r.RelayTwoWrite, r.Raw, r.ThreeWrite} {
+		if ph.Name != "" {
+			out = append(out, ph)
+		}
+	}
+	return out
 }
 
 // Phase is what one phase measured.
@@ -82,6 +125,7 @@ type Phase struct {
 	// BusInsideMs is the bus's own view of the phase, warm-up included:
 	// mean milliseconds of its handler for accepted messages ("handler")
 	// and of each store operation (record_create, publish, record_mark).
+	// Only the bus phase has it.
 	BusInsideMs map[string]float64 `json:"bus_inside_mean_ms,omitempty"`
 }
 
@@ -147,6 +191,8 @@ type Settings struct {
 	Warmup       string `json:"warmup"`
 	Messages     int    `json:"messages,omitempty"`
 	Rounds       int    `json:"rounds"`
+	// Phases lists the phases run, when not all of them.
+	Phases []PhaseName `json:"phases,omitempty"`
 }
 
 func settingsOf(o Options) Settings {
@@ -157,6 +203,9 @@ func settingsOf(o Options) Settings {
 		Warmup:    o.Warmup.String(),
 		Messages:  o.Messages,
 		Rounds:    o.Rounds,
+	}
+	if len(o.Phases) > 0 {
+		s.Phases = o.phases()
 	}
 	if o.SyncInterval > 0 {
 		s.SyncInterval = o.SyncInterval.String()
@@ -180,6 +229,13 @@ func (s Settings) Flags() string {
 		f = append(f, "--duration "+s.Duration)
 	}
 	f = append(f, "--warmup "+s.Warmup, "--rounds "+strconv.Itoa(s.Rounds))
+	if len(s.Phases) > 0 {
+		names := make([]string, len(s.Phases))
+		for i, p := range s.Phases {
+			names[i] = string(p)
+		}
+		f = append(f, "--phases "+strings.Join(names, ","))
+	}
 	return strings.Join(f, " ")
 }
 
@@ -193,7 +249,7 @@ func (r *Report) summarise() {
 		order[i] = i
 	}
 	slices.SortStableFunc(order, func(a, b int) int {
-		x, y := r.Rounds[a].BusOverRaw, r.Rounds[b].BusOverRaw
+		x, y := r.Rounds[a].BusOverRelayTwoWrite.Throughput, r.Rounds[b].BusOverRelayTwoWrite.Throughput
 		switch {
 		case x < y:
 			return -1
@@ -202,17 +258,17 @@ func (r *Report) summarise() {
 		}
 		return 0
 	})
-	m := r.Rounds[order[(len(order)-1)/2]]
-	r.MedianRound = m.Round
-	r.Bus, r.Raw, r.ThreeWrite = m.Bus, m.Raw, m.ThreeWrite
-	r.BusOverRaw, r.BusOverThreeWrite = m.BusOverRaw, m.BusOverThreeWrite
+	r.Round = r.Rounds[order[(len(order)-1)/2]]
+	r.MedianRound = r.Round.Round
 }
 
 // phaseLabels are the table's names of the phases.
 var phaseLabels = map[PhaseName]string{
-	PhaseBus:        "bus (HTTP API)",
-	PhaseRaw:        "raw single publish",
-	PhaseThreeWrite: "three-write",
+	PhaseBus:           "bus (HTTP API)",
+	PhaseRelay:         "relay (HTTP, 1 write)",
+	PhaseRelayTwoWrite: "relay two-write (HTTP)",
+	PhaseRaw:           "raw single publish",
+	PhaseThreeWrite:    "three-write",
 }
 
 // WriteTable writes the report as a table for people.
@@ -227,19 +283,33 @@ func (r *Report) WriteTable(w io.Writer) error {
 	fmt.Fprintf(&b, "\nflags:   %s\n", r.Settings.Flags())
 	fmt.Fprintf(&b, "store:   embedded JetStream, file storage, one in-process connection; messages of %d bytes\n", r.Bus.PayloadBytes)
 	if len(r.Rounds) > 1 {
-		fmt.Fprintf(&b, "rounds:  %d, the table shows round %d (median bus ÷ raw single)\n", len(r.Rounds), r.MedianRound)
+		fmt.Fprintf(&b, "rounds:  %d, the table shows round %d (median bus ÷ relay two-write)\n", len(r.Rounds), r.MedianRound)
 	}
 	b.WriteString("\n")
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "phase\tdurable writes/msg\tmsgs/s\tp50 ms\tp99 ms\taccepted\terrors")
-	for _, ph := range []Phase{r.Bus, r.Raw, r.ThreeWrite} {
+	for _, ph := range r.phases() {
 		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.2f\t%.2f\t%d\t%d\n",
 			phaseLabels[ph.Name], ph.Writes, ph.PerSecond, ph.P50Ms, ph.P99Ms, ph.Accepted, ph.Errors)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(&b, "\nbus ÷ raw single:  %.2f×\nbus ÷ three-write: %.2f×\n", r.BusOverRaw, r.BusOverThreeWrite)
+	b.WriteString("\n")
+	tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "bus ÷\tmsgs/s\tp50\tp99")
+	for _, c := range []struct {
+		name string
+		r    Ratio
+	}{{"relay", r.BusOverRelay}, {"relay two-write", r.BusOverRelayTwoWrite}, {"raw single", r.BusOverRaw}, {"three-write", r.BusOverThreeWrite}} {
+		if c.r.Throughput == 0 {
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%.2f×\t%.2f×\t%.2f×\n", c.name, c.r.Throughput, c.r.P50, c.r.P99)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
 	if in := r.Bus.BusInsideMs; len(in) > 0 {
 		fmt.Fprintf(&b, "\ninside the bus (its metrics, mean ms, warm-up included): handler %.2f; record_create %.2f, publish %.2f, record_mark %.2f (after the answer)\n",
 			in["handler"], in["record_create"], in["publish"], in["record_mark"])
@@ -247,16 +317,17 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if len(r.Rounds) > 1 {
 		b.WriteString("\n")
 		tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "round\tbus msgs/s\traw msgs/s\tthree-write msgs/s\tbus ÷ raw\tbus ÷ three-write")
+		fmt.Fprintln(tw, "round\tbus msgs/s\trelay\trelay two-write\traw\tthree-write\tbus ÷ relay\tbus ÷ relay two-write\tbus ÷ raw\tbus ÷ three-write")
 		for _, rd := range r.Rounds {
-			fmt.Fprintf(tw, "%d\t%.0f\t%.0f\t%.0f\t%.2f\t%.2f\n", rd.Round, rd.Bus.PerSecond, rd.Raw.PerSecond,
-				rd.ThreeWrite.PerSecond, rd.BusOverRaw, rd.BusOverThreeWrite)
+			fmt.Fprintf(tw, "%d\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.2f\t%.2f\t%.2f\t%.2f\n", rd.Round, rd.Bus.PerSecond, rd.Relay.PerSecond,
+				rd.RelayTwoWrite.PerSecond, rd.Raw.PerSecond, rd.ThreeWrite.PerSecond, rd.BusOverRelay.Throughput,
+				rd.BusOverRelayTwoWrite.Throughput, rd.BusOverRaw.Throughput, rd.BusOverThreeWrite.Throughput)
 		}
 		if err := tw.Flush(); err != nil {
 			return err
 		}
 	}
-	for _, ph := range []Phase{r.Bus, r.Raw, r.ThreeWrite} {
+	for _, ph := range r.phases() {
 		for _, e := range ph.ErrorSamples {
 			fmt.Fprintf(&b, "error (%s): %s\n", ph.Name, e)
 		}

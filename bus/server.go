@@ -204,16 +204,7 @@ func (s *Server) workspace(id string) (*workspace, bool) {
 func (s *Server) Handler() http.Handler { return s.engine }
 
 func (s *Server) routes() *gin.Engine {
-	r := gin.New()
-	trustProxies(r, s.opts.TrustedProxies)
-	// Unknown paths and methods get API Gateway's answer, never a redirect,
-	// a 404 or a 405.
-	r.RedirectTrailingSlash = false
-	r.RedirectFixedPath = false
-	r.HandleMethodNotAllowed = false
-	r.RemoveExtraSlash = false
-	r.UseRawPath = true
-	r.UnescapePathValues = false
+	r := NewEngine(s.opts.TrustedProxies)
 	r.Use(s.recovery)
 	r.NoRoute(missingAuthenticationToken)
 	r.NoMethod(missingAuthenticationToken)

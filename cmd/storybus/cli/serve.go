@@ -252,10 +252,9 @@ func Serve(ctx context.Context, o ServeOptions, cfgs []*config.Workspace, log *s
 		apiLn.Close()
 		return err
 	}
-	api := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute,
-		// Failed handshakes (plain HTTP to the TLS port, an untrusted
-		// certificate, TLS 1.1) are the server's own log lines.
-		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	// Failed handshakes (plain HTTP to the TLS port, an untrusted
+	// certificate, TLS 1.1) are the server's own log lines.
+	api := bus.NewHTTPServer(srv.Handler(), slog.NewLogLogger(log.Handler(), slog.LevelWarn))
 	api.TLSConfig = tlsConfig
 	ops := &http.Server{Handler: srv.OpsHandler(), ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 2)
