@@ -77,3 +77,24 @@ warn contains {"rule": "tenant.flag", "message": "sent"} if {
 		})
 	}
 }
+
+// TestTenantSandboxReachesTheConfiguration proves spec.sandbox is rendered
+// into the workspace configuration the bus loads, and leaves it when the
+// Tenant stops being a sandbox.
+func TestTenantSandboxReachesTheConfiguration(t *testing.T) {
+	ns := newNamespace(t)
+	create(t, newTenant(ns, "newsroom", func(tn *v1alpha1.Tenant) { tn.Spec.Sandbox = true }))
+	waitWorkspace(t, ns, "newsroom", func(w *config.Workspace) error {
+		if !w.Sandbox {
+			return fmt.Errorf("sandbox %v", w.Sandbox)
+		}
+		return nil
+	})
+	update(t, ns, "newsroom", &v1alpha1.Tenant{}, func(tn *v1alpha1.Tenant) { tn.Spec.Sandbox = false })
+	waitWorkspace(t, ns, "newsroom", func(w *config.Workspace) error {
+		if w.Sandbox {
+			return fmt.Errorf("still a sandbox")
+		}
+		return nil
+	})
+}

@@ -100,6 +100,14 @@ type TenantSpec struct {
 	// +optional
 	Policies []PolicyModule `json:"policies,omitempty"`
 
+	// Sandbox makes the workspace a sandbox for producers' tests: a publish
+	// request may ask for any answer of the publish routes with the
+	// Storybus-Sandbox-Answer header, and nothing is recorded or published
+	// for it. A workspace that is not a sandbox refuses the header. Never
+	// for a production workspace.
+	// +optional
+	Sandbox bool `json:"sandbox,omitempty"`
+
 	// DeletionPolicy says what happens to the bus's volumes when the Tenant
 	// is deleted: retain (the default) keeps them, delete deletes them.
 	// +kubebuilder:default=retain

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -175,5 +176,35 @@ func pasteTwice(t *testing.T, pair []string) {
 		if !strings.HasPrefix(string(out), want) {
 			t.Fatalf("paste %d answered %s, want %s…", i+1, out, want)
 		}
+	}
+}
+
+// TestDevProvesTheErrorPathsOfTheDocs runs the curl lines of "Prove your
+// error paths" in docs/producers.md against `storybus dev`, whose sample
+// workspace is a sandbox, and compares what they print with what the page
+// says they print.
+func TestDevProvesTheErrorPathsOfTheDocs(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/producers.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, found := strings.Cut(string(doc), "\n## Prove your error paths\n")
+	if !found {
+		t.Fatal("docs/producers.md has no section Prove your error paths")
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	blocks := regexp.MustCompile("(?s)```(sh)?\n(.*?)```").FindAllStringSubmatch(section, -1)
+	if len(blocks) != 2 || blocks[0][1] != "sh" || blocks[1][1] != "" {
+		t.Fatalf("the section needs a sh block and the block of what it prints, has %d blocks", len(blocks))
+	}
+	addr, ops := testutil.FreeAddr(t), testutil.FreeAddr(t)
+	startDev(t, "--listen", addr, "--ops-listen", ops)
+	script := strings.ReplaceAll(blocks[0][2], "http://127.0.0.1:8080", "http://"+addr)
+	out, err := exec.Command("bash", "-c", script).Output()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if string(out) != blocks[1][2] {
+		t.Fatalf("the lines print:\n%s\nthe page says:\n%s", out, blocks[1][2])
 	}
 }

@@ -72,6 +72,7 @@ func Compile(in Input) (*config.Workspace, error) {
 		ID:             t.EffectiveWorkspaceID(),
 		SigningKeyFile: in.SigningKeyFile,
 		Policies:       policies(t.Spec.Policies),
+		Sandbox:        t.Spec.Sandbox,
 	}
 	if d := t.Spec.IdempotencyWindow; d != nil {
 		w.IdempotencyWindow.Duration = d.Duration
