@@ -21,9 +21,19 @@ GOTEST_FLAGS ?= -timeout 30m
 help: ## List the targets.
 	@awk 'BEGIN {FS = ":.*##"} /^[a-zA-Z_-]+:.*##/ {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
+# The version stamped into the binary (`storybus version`, the logs,
+# storybus_build_info): the nearest tag as git describe gives it, else the
+# chart's appVersion. The commit is stamped too, because a build with
+# -buildvcs=false (the CI's) records none itself; `--exclude '*'` makes git
+# describe give the full commit, with -dirty for uncommitted changes.
+VERSION ?= $(or $(shell git describe --tags --dirty 2>/dev/null),$(APP_VERSION))
+COMMIT ?= $(shell git describe --always --dirty --abbrev=40 --exclude '*' 2>/dev/null)
+BUILDINFO := github.com/storybus/storybus/internal/buildinfo
+LDFLAGS = -X $(BUILDINFO).version=$(VERSION) -X $(BUILDINFO).commit=$(COMMIT)
+
 .PHONY: build
-build: ## Build the storybus binary into bin/.
-	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/storybus ./cmd/storybus
+build: ## Build the storybus binary into bin/, stamped with VERSION and COMMIT.
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags="$(LDFLAGS)" -o $(BIN)/storybus ./cmd/storybus
 
 .PHONY: dev
 dev: ## Run the bus on the sample workspace with embedded JetStream.
@@ -83,12 +93,13 @@ verify-chart: ## Fail when the chart's CRDs or RBAC differ from config/, or its 
 # `make image` tags the image with the chart's appVersion, the tag the chart
 # runs by default (IMAGE_VERSION overrides it), for the machine's
 # architecture (IMAGE_ARCH overrides it, e.g. IMAGE_ARCH=arm64).
-IMAGE_VERSION ?= $(shell sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\} *$$/\1/p' $(CHART)/Chart.yaml)
+APP_VERSION = $(shell sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\} *$$/\1/p' $(CHART)/Chart.yaml)
+IMAGE_VERSION ?= $(APP_VERSION)
 IMAGE_ARCH ?= $(shell $(GO) env GOARCH)
 
 .PHONY: image
-image: ## Build the storybus image as bin/storybus-image.tar (no Docker engine needed).
-	CGO_ENABLED=0 GOOS=linux GOARCH=$(IMAGE_ARCH) $(GO) build -trimpath -ldflags="-s -w" -o $(BIN)/image/storybus ./cmd/storybus
+image: ## Build the storybus image as bin/storybus-image.tar (no Docker engine needed), stamped like build.
+	CGO_ENABLED=0 GOOS=linux GOARCH=$(IMAGE_ARCH) $(GO) build -trimpath -ldflags="-s -w $(LDFLAGS)" -o $(BIN)/image/storybus ./cmd/storybus
 	$(GO) run ./internal/image/cmd/build-image -binary $(BIN)/image/storybus -tag ghcr.io/storybus/storybus:$(IMAGE_VERSION) -o $(BIN)/storybus-image.tar
 
 .PHONY: test

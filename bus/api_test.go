@@ -3,6 +3,7 @@ package bus_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -17,6 +18,7 @@ import (
 	"github.com/storybus/storybus/bus/config"
 	"github.com/storybus/storybus/bus/publish"
 	"github.com/storybus/storybus/bus/rules"
+	"github.com/storybus/storybus/internal/buildinfo"
 )
 
 func TestUnknownRoutesAnswerMissingAuthenticationToken(t *testing.T) {
@@ -325,7 +327,9 @@ func TestOperationsEndpoints(t *testing.T) {
 		t.Fatalf("readyz %d", code)
 	}
 	_, metrics := get("/metrics")
+	build := buildinfo.Get()
 	for _, want := range []string{
+		fmt.Sprintf(`storybus_build_info{commit=%q,goversion=%q,version=%q} 1`, build.Commit, build.GoVersion, build.Version),
 		`storybus_publish_requests_total{rule="",status="202",workspace="newsroom"} 1`,
 		`storybus_publish_requests_total{rule="auth.token.missing",status="401",workspace="newsroom"} 1`,
 		`storybus_publish_duration_seconds_bucket`,

@@ -5,6 +5,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/storybus/storybus/internal/buildinfo"
 )
 
 // Metrics are the bus's Prometheus metrics.
@@ -20,8 +22,8 @@ type Metrics struct {
 	acked     *prometheus.CounterVec
 }
 
-// NewMetrics registers the bus's metrics, with Go and process collectors,
-// on a fresh registry.
+// NewMetrics registers the bus's metrics, with storybus_build_info and the
+// Go and process collectors, on a fresh registry.
 func NewMetrics() *Metrics {
 	m := &Metrics{
 		Registry: prometheus.NewRegistry(),
@@ -57,7 +59,7 @@ func NewMetrics() *Metrics {
 		}, []string{"workspace", "connection", "action"}),
 	}
 	m.Registry.MustRegister(m.requests, m.latency, m.storeOps, m.policyErr, m.api, m.delivered, m.acked,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		buildinfo.NewCollector(), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 

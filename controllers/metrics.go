@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/storybus/storybus/api/v1alpha1"
+	"github.com/storybus/storybus/internal/buildinfo"
 )
 
 // The operator's own metrics, served with controller-runtime's on the
@@ -39,7 +40,7 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(configurationGeneration, reconcileErrors)
+	metrics.Registry.MustRegister(configurationGeneration, reconcileErrors, buildinfo.NewCollector())
 }
 
 // tenantCollector counts the Tenants in the manager's cache by condition

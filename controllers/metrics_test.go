@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/storybus/storybus/api/v1alpha1"
+	"github.com/storybus/storybus/internal/buildinfo"
 )
 
 // testLogs holds every log line of the suite's manager, as JSON.
@@ -93,6 +94,16 @@ func TestOperatorMetrics(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestBuildInfoMetric: the operator's registry holds storybus_build_info,
+// 1, labelled with the binary's build.
+func TestBuildInfoMetric(t *testing.T) {
+	b := buildinfo.Get()
+	n, err := gauge("storybus_build_info", map[string]string{"version": b.Version, "commit": b.Commit, "goversion": b.GoVersion})
+	if err != nil || n != 1 {
+		t.Fatalf("storybus_build_info%+v = %v, %v; want 1", b, n, err)
+	}
 }
 
 // gauge is the value of the series of name with labels in the registry.

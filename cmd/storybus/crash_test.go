@@ -24,8 +24,14 @@ import (
 	"github.com/storybus/storybus/internal/testutil"
 )
 
-// binary is the storybus binary built once for the process tests.
+// binary is the storybus binary built once for the process tests,
+// stamped as `make build` stamps it, with stampedVersion and stampedCommit.
 var binary string
+
+const (
+	stampedVersion = "9.8.7-test"
+	stampedCommit  = "0123456789abcdef0123456789abcdef01234567"
+)
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "storybus-bin-")
@@ -33,7 +39,9 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	binary = filepath.Join(dir, "storybus")
-	build := exec.Command("go", "build", "-o", binary, ".")
+	ldflags := "-X github.com/storybus/storybus/internal/buildinfo.version=" + stampedVersion +
+		" -X github.com/storybus/storybus/internal/buildinfo.commit=" + stampedCommit
+	build := exec.Command("go", "build", "-ldflags", ldflags, "-o", binary, ".")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		panic(err)

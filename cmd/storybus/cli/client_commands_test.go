@@ -260,9 +260,10 @@ func TestConsumeCountStopsWithinAPull(t *testing.T) {
 }
 
 // A stray argument is a usage error (exit 2) for every command that takes
-// none, never ignored.
+// none, never ignored; so is an unknown command, at the top or in a group.
 func TestStrayArgumentsAreUsageErrors(t *testing.T) {
 	for _, args := range [][]string{
+		{"bogus"}, {"publis"}, {"outbox", "bogus"}, {"version", "extra"},
 		{"serve", "extra"}, {"dev", "extra"}, {"bench", "extra"}, {"operator", "extra"},
 		{"token", "extra"}, {"outbox", "list", "extra"}, {"outbox", "resend", "extra"}, {"consume", "a", "b"},
 	} {

@@ -25,6 +25,7 @@ import (
 
 	"github.com/storybus/storybus/api/v1alpha1"
 	"github.com/storybus/storybus/controllers"
+	"github.com/storybus/storybus/internal/buildinfo"
 )
 
 // OperatorOptions are the flags of `storybus operator`.
@@ -320,6 +321,7 @@ func RunOperator(ctx context.Context, o OperatorOptions, cfg *rest.Config, log l
 	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
 		return err
 	}
-	log.Info("storybus operator starting", "busImage", o.BusImage, "leaderElect", o.LeaderElect, "watchNamespaces", o.WatchNamespaces, "metricsSecure", o.MetricsSecure)
+	build := buildinfo.Get()
+	log.Info("storybus operator starting", "version", build.Version, "commit", build.Commit, "goVersion", build.GoVersion, "busImage", o.BusImage, "leaderElect", o.LeaderElect, "watchNamespaces", o.WatchNamespaces, "metricsSecure", o.MetricsSecure)
 	return mgr.Start(ctx)
 }

@@ -26,6 +26,7 @@ import (
 
 	"github.com/storybus/storybus/api/v1alpha1"
 	"github.com/storybus/storybus/controllers"
+	"github.com/storybus/storybus/internal/buildinfo"
 	"github.com/storybus/storybus/internal/testutil"
 )
 
@@ -168,6 +169,8 @@ func TestOperatorRuns(t *testing.T) {
 	}
 	url := "https://" + metrics + "/metrics"
 	poll("metrics to an authorised ServiceAccount", getAs(url, reader, http.StatusOK, `controller_runtime_reconcile_total{controller="tenant"`))
+	build := buildinfo.Get()
+	poll("build info metric", getAs(url, reader, http.StatusOK, fmt.Sprintf(`storybus_build_info{commit=%q,goversion=%q,version=%q} 1`, build.Commit, build.GoVersion, build.Version)))
 	poll("metrics without a token", getAs(url, "", http.StatusUnauthorized, ""))
 	// A token the API server rejects: controller-runtime's filter answers
 	// 500 "Authentication failed" (its authenticator reports the rejection
@@ -186,6 +189,10 @@ func TestOperatorRuns(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("operator did not stop")
+	}
+	start := fmt.Sprintf(`"msg":"storybus operator starting","version":%q,"commit":%q,"goVersion":%q`, build.Version, build.Commit, build.GoVersion)
+	if !strings.Contains(logs.String(), start) {
+		t.Errorf("no start line with the build, %s, in the logs:\n%s", start, logs.String())
 	}
 	// A normal stop is no error: reconciles it cuts short included. The
 	// one ERROR expected is controller-runtime's for the rejected token.

@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/storybus/storybus/internal/buildinfo"
 )
 
 // Exit codes a script can rely on.
@@ -51,7 +53,9 @@ func NewRoot(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
 		Short:         "storybus: a multi-tenant SOM 1.0 message bus for newsrooms on Kubernetes",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       buildinfo.Get().String(),
 	}
+	root.SetVersionTemplate(versionTemplate)
 	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
@@ -59,13 +63,22 @@ func NewRoot(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
 	root.AddCommand(newServeCommand(), newDevCommand(), newBenchCommand())
 	root.AddCommand(newOperatorCommand())
 	root.AddCommand(newTokenCommand(), newPublishCommand(), newOutboxCommand(), newConsumeCommand())
+	root.AddCommand(newVersionCommand())
 	argsAreUsage(root)
 	return root
 }
 
 // argsAreUsage makes every command's wrong arguments a usage error (exit
-// 2), as its flags' are.
+// 2), as its flags' are; an unknown subcommand is one too.
 func argsAreUsage(cmd *cobra.Command) {
+	if cmd.HasSubCommands() && !cmd.Runnable() {
+		// Cobra's own check of a subcommand's name answers with an error
+		// of no type a caller can tell apart (and none at all below the
+		// root): the group checks its arguments itself, and prints its
+		// help when called alone.
+		cmd.Args = unknownCommand
+		cmd.RunE = func(c *cobra.Command, _ []string) error { return c.Help() }
+	}
 	if check := cmd.Args; check != nil {
 		cmd.Args = func(c *cobra.Command, args []string) error {
 			if err := check(c, args); err != nil {
@@ -77,4 +90,17 @@ func argsAreUsage(cmd *cobra.Command) {
 	for _, sub := range cmd.Commands() {
 		argsAreUsage(sub)
 	}
+}
+
+// unknownCommand refuses any argument of a command that only groups
+// subcommands, suggesting the subcommand meant where cobra can.
+func unknownCommand(cmd *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return nil
+	}
+	err := fmt.Errorf("unknown command %q for %q", args[0], cmd.CommandPath())
+	if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+		err = fmt.Errorf("%w; did you mean %s?", err, strings.Join(s, " or "))
+	}
+	return err
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/storybus/storybus/bus/publish"
 	"github.com/storybus/storybus/bus/store"
 	"github.com/storybus/storybus/bus/tlsconfig"
+	"github.com/storybus/storybus/internal/buildinfo"
 )
 
 // ServeOptions are the flags of `storybus serve`.
@@ -268,7 +269,8 @@ func Serve(ctx context.Context, o ServeOptions, cfgs []*config.Workspace, log *s
 		errc <- api.Serve(apiLn)
 	}()
 	go func() { errc <- ops.Serve(opsLn) }()
-	log.Info("storybus bus serving", "api", apiLn.Addr().String(), "ops", opsLn.Addr().String(), "tls", tlsConfig != nil, "embedded", ns != nil, "sync", o.Sync)
+	build := buildinfo.Get()
+	log.Info("storybus bus serving", "version", build.Version, "commit", build.Commit, "goVersion", build.GoVersion, "api", apiLn.Addr().String(), "ops", opsLn.Addr().String(), "tls", tlsConfig != nil, "embedded", ns != nil, "sync", o.Sync)
 	if ready != nil {
 		ready(apiLn.Addr(), opsLn.Addr())
 	}
