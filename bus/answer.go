@@ -33,6 +33,9 @@ type Duplicate struct {
 type Refusal struct {
 	Accepted   bool              `json:"accepted"`
 	Violations []rules.Violation `json:"violations"`
+	// RequestID is the request's X-Request-Id, in 5xx answers only: the
+	// producer quotes it when it reports a failure that persists.
+	RequestID string `json:"request_id,omitempty"`
 }
 
 // AWSMessage is the body of the answers API Gateway itself would give: an
@@ -51,7 +54,7 @@ func writeJSON(c *gin.Context, status int, v any) {
 	err := enc.Encode(v)
 	b := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
 	if err != nil {
-		status, b = http.StatusServiceUnavailable, []byte(`{"accepted":false,"violations":[{"source":"policy","rule":"bus.unavailable","message":"internal error"}]}`)
+		status, b = http.StatusServiceUnavailable, []byte(`{"accepted":false,"violations":[{"source":"policy","rule":"bus.unavailable","message":"internal error"}],"request_id":`+strconv.Quote(requestIDOf(c))+`}`)
 	}
 	c.Data(status, "application/json", b)
 }
@@ -76,7 +79,11 @@ func refuseStatus(c *gin.Context, status int, retryAfter time.Duration, vs ...ru
 		c.Header("Retry-After", strconv.Itoa(secs))
 	}
 	c.Set(ctxRule, vs[0].Rule)
-	writeJSON(c, status, Refusal{Accepted: false, Violations: vs})
+	answer := Refusal{Accepted: false, Violations: vs}
+	if status >= http.StatusInternalServerError {
+		answer.RequestID = requestIDOf(c)
+	}
+	writeJSON(c, status, answer)
 }
 
 func missingAuthenticationToken(c *gin.Context) {

@@ -208,7 +208,7 @@ func (s *Server) consume(c *gin.Context) {
 	}
 	granted, err := r.ws.policy.Families(c.Request.Context(), r.conn.Name)
 	if err != nil {
-		s.log.Error("policy evaluation failed", "workspace", r.ws.id, "stage", "grants", "error", err)
+		s.log.ErrorContext(c.Request.Context(), "policy evaluation failed", "workspace", r.ws.id, "stage", "grants", "error", err)
 		busUnavailable(c)
 		return
 	}
@@ -231,7 +231,7 @@ func (s *Server) consume(c *gin.Context) {
 		d, ok := delivery(m)
 		if !ok {
 			// Not a message the bus published: never hand it out again.
-			s.log.Warn("terminating a topic message that is not a SOM message", "workspace", r.ws.id, "consumer", r.name, "subject", m.Subject())
+			s.log.WarnContext(c.Request.Context(), "terminating a topic message that is not a SOM message", "workspace", r.ws.id, "consumer", r.name, "subject", m.Subject())
 			_ = m.Term()
 			continue
 		}
@@ -386,7 +386,7 @@ func (s *Server) durable(ctx context.Context, r *consumeRequest, filters []strin
 				}
 				return nil, v, err
 			}
-			s.log.Info("created consumer", "workspace", r.ws.id, "consumer", r.name, "connection", r.conn.Name)
+			s.log.InfoContext(ctx, "created consumer", "workspace", r.ws.id, "consumer", r.name, "connection", r.conn.Name)
 		}
 		if err != nil {
 			return nil, nil, err
@@ -412,7 +412,7 @@ func (s *Server) durable(ctx context.Context, r *consumeRequest, filters []strin
 		if err != nil {
 			return nil, nil, err
 		}
-		s.log.Info("changed consumer", "workspace", r.ws.id, "consumer", r.name, "filters", strings.Join(upd.FilterSubjects, " "), "inactiveThreshold", upd.InactiveThreshold)
+		s.log.InfoContext(ctx, "changed consumer", "workspace", r.ws.id, "consumer", r.name, "filters", strings.Join(upd.FilterSubjects, " "), "inactiveThreshold", upd.InactiveThreshold)
 		return cons, nil, nil
 	}
 }
@@ -677,6 +677,6 @@ func ackSubject(workspace, name, id string) (string, bool) {
 
 // consumerUnavailable logs a store failure and answers the generic 503.
 func (s *Server) consumerUnavailable(c *gin.Context, r *consumeRequest, op string, err error) {
-	s.log.Error("consumer store operation failed", "workspace", r.ws.id, "consumer", r.name, "op", op, "error", err)
+	s.log.ErrorContext(c.Request.Context(), "consumer store operation failed", "workspace", r.ws.id, "consumer", r.name, "op", op, "error", err)
 	busUnavailable(c)
 }

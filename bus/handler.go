@@ -89,6 +89,7 @@ func refused(vs ...rules.Violation) outcome { return outcome{refusals: vs} }
 // runStages runs stages in order until one stops the request, and answers
 // its refusal. It reports whether every stage let the request go on.
 func runStages(r *request, stages []stage) bool {
+	defer noteRequest(r)
 	for _, st := range stages {
 		out := st.run(r)
 		switch {
@@ -310,7 +311,7 @@ func (s *Server) gate(r *request) outcome {
 		Body:       r.body,
 	})
 	if err != nil {
-		s.log.Error("policy evaluation failed", "workspace", r.ws.id, "stage", "gate", "error", err)
+		s.log.ErrorContext(r.c.Request.Context(), "policy evaluation failed", "workspace", r.ws.id, "stage", "gate", "error", err)
 		r.retry = time.Second
 		return refused(rules.New(rules.BusUnavailable, "internal error; retry with the same message_id and body", ""))
 	}
@@ -407,12 +408,12 @@ func (s *Server) workspacePolicy(ctx context.Context, r *request) publish.Policy
 			Exists: head.Exists, Owner: head.Owner, SequenceNumber: head.SequenceNumber, State: head.State,
 		})
 		if errors.Is(err, policy.ErrTimeout) {
-			s.log.Warn("workspace policy timed out", "workspace", r.ws.id, "messageID", r.msg.MessageID, "error", err)
+			s.log.WarnContext(ctx, "workspace policy timed out", "workspace", r.ws.id, "messageID", r.msg.MessageID, "error", err)
 			v := rules.New(rules.PolicyTimeout, "the workspace's policy did not decide in time; retry with the same message_id and body", "")
 			return publish.Decision{Refusal: &v, Owner: head.Owner}
 		}
 		if err != nil {
-			s.log.Error("policy evaluation failed", "workspace", r.ws.id, "stage", "workspace policy", "error", err)
+			s.log.ErrorContext(ctx, "policy evaluation failed", "workspace", r.ws.id, "stage", "workspace policy", "error", err)
 			v := rules.New(rules.BusUnavailable, "internal error; retry with the same message_id and body", "")
 			return publish.Decision{Refusal: &v, Owner: head.Owner}
 		}

@@ -37,7 +37,7 @@ func (s *Server) limit(r *request) []rules.Violation {
 		d, err = l.Admit(r.conn.Name, lim)
 	}
 	if err != nil {
-		s.log.Error("limit counters unavailable", "workspace", r.ws.id, "connection", r.conn.Name, "error", err)
+		s.log.ErrorContext(r.c.Request.Context(), "limit counters unavailable", "workspace", r.ws.id, "connection", r.conn.Name, "error", err)
 		r.retry = time.Second
 		return one(rules.New(rules.RegistryUnavailable, "the limit counters are unreachable; retry with the same message_id and body", ""))
 	}

@@ -67,8 +67,13 @@ type Options struct {
 	Consumers *ConsumerLimits
 	// RequestTimeout bounds a whole publish; default 10s.
 	RequestTimeout time.Duration
-	Logger         *slog.Logger
-	Metrics        *Metrics
+	// Logger receives the bus's log lines; those about a request carry its
+	// requestID.
+	Logger *slog.Logger
+	// AccessLog, when set, receives one line per request on the publish
+	// port, at info level (see Server.accessLog); nil writes none.
+	AccessLog *slog.Logger
+	Metrics   *Metrics
 }
 
 // Server serves the publish API of one or more workspaces.
@@ -77,6 +82,7 @@ type Server struct {
 	attempts   TokenAttempts
 	consumers  ConsumerLimits
 	log        *slog.Logger
+	access     *slog.Logger
 	metrics    *Metrics
 	mu         sync.Mutex // serialises Apply
 	workspaces atomic.Pointer[map[string]*workspace]
@@ -118,7 +124,8 @@ func New(o Options) *Server {
 	if o.RequestTimeout <= 0 {
 		o.RequestTimeout = 10 * time.Second
 	}
-	s := &Server{opts: o, attempts: DefaultTokenAttempts, log: o.Logger, metrics: o.Metrics, tokens: auth.NewCache(maxCachedTokens)}
+	log := slog.New(requestIDs{o.Logger.Handler()})
+	s := &Server{opts: o, attempts: DefaultTokenAttempts, log: log, access: o.AccessLog, metrics: o.Metrics, tokens: auth.NewCache(maxCachedTokens)}
 	if o.TokenAttempts != nil {
 		s.attempts = *o.TokenAttempts
 	}
@@ -205,7 +212,7 @@ func (s *Server) Handler() http.Handler { return s.engine }
 
 func (s *Server) routes() *gin.Engine {
 	r := NewEngine(s.opts.TrustedProxies)
-	r.Use(s.recovery)
+	r.Use(s.track, s.recovery)
 	r.NoRoute(missingAuthenticationToken)
 	r.NoMethod(missingAuthenticationToken)
 	v1 := r.Group("/v1/tenants/:tenant")
@@ -226,7 +233,7 @@ func (s *Server) recovery(c *gin.Context) {
 			if p == http.ErrAbortHandler {
 				panic(p)
 			}
-			s.log.Error("handler panic", "path", c.Request.URL.Path, "panic", fmt.Sprint(p))
+			s.log.ErrorContext(c.Request.Context(), "handler panic", "path", c.Request.URL.Path, "panic", fmt.Sprint(p))
 			busUnavailable(c)
 			c.Abort()
 		}

@@ -132,6 +132,9 @@ func (a answer) rule() string {
 // with catalogued rules and their catalogued status.
 func checkShape(t testing.TB, a answer) {
 	t.Helper()
+	if !bus.ValidRequestID(a.Header.Get(bus.RequestIDHeader)) {
+		t.Fatalf("answer %d without a valid %s: %q", a.Status, bus.RequestIDHeader, a.Header.Get(bus.RequestIDHeader))
+	}
 	switch {
 	case a.Status >= 500 && a.Status != http.StatusServiceUnavailable:
 		t.Fatalf("status %d is not documented", a.Status)
@@ -148,7 +151,16 @@ func checkShape(t testing.TB, a answer) {
 			t.Fatalf("200 shape: %s", a.Raw)
 		}
 	default:
-		if a.Accepted || len(a.Violations) == 0 || len(a.Raw) != 2 {
+		members := 2
+		if a.Status >= 500 {
+			// A 5xx refusal names the request for the producer to quote.
+			var id string
+			if err := json.Unmarshal(a.Raw["request_id"], &id); err != nil || id != a.Header.Get(bus.RequestIDHeader) {
+				t.Fatalf("%d without the request id %q: %s", a.Status, a.Header.Get(bus.RequestIDHeader), a.Raw)
+			}
+			members = 3
+		}
+		if a.Accepted || len(a.Violations) == 0 || len(a.Raw) != members {
 			t.Fatalf("refusal shape %d: %s", a.Status, a.Raw)
 		}
 		for _, v := range a.Violations {

@@ -29,6 +29,7 @@ func TestRunStagesStopsAtTheFirstThatDecides(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := httptest.NewRecorder()
 			c, _ := gin.CreateTestContext(rec)
+			c.Request = httptest.NewRequest(http.MethodPost, "/v1/tenants/newsroom/messages", nil)
 			later := false
 			stages := []stage{
 				{"first", func(r *request) outcome {

@@ -127,9 +127,12 @@ func (s *Server) tokenForCertificate(c *gin.Context, ws *workspace, cfg *config.
 // connection check of the publish route's stage 4, then a token, bound to
 // cert when the client authenticated with one.
 func (s *Server) issue(c *gin.Context, ws *workspace, cfg *config.Workspace, conn *config.Connection, cert *x509.Certificate) {
+	if x := exchangeOf(c.Request.Context()); x != nil {
+		x.connection = conn.Name
+	}
 	refusal, err := ws.policy.Access(c.Request.Context(), conn.Name)
 	if err != nil {
-		s.log.Error("policy evaluation failed", "workspace", ws.id, "stage", "token", "error", err)
+		s.log.ErrorContext(c.Request.Context(), "policy evaluation failed", "workspace", ws.id, "stage", "token", "error", err)
 		busUnavailable(c)
 		return
 	}
@@ -145,7 +148,7 @@ func (s *Server) issue(c *gin.Context, ws *workspace, cfg *config.Workspace, con
 		token, ttl, err = auth.Issue(cfg, conn, s.opts.Clock.Now())
 	}
 	if err != nil {
-		s.log.Error("issuing token failed", "workspace", ws.id, "error", err)
+		s.log.ErrorContext(c.Request.Context(), "issuing token failed", "workspace", ws.id, "error", err)
 		busUnavailable(c)
 		return
 	}
@@ -156,6 +159,6 @@ func (s *Server) issue(c *gin.Context, ws *workspace, cfg *config.Workspace, con
 // attemptCountersUnavailable answers a token request whose failed attempts
 // cannot be checked or counted: refused, never let through uncounted.
 func (s *Server) attemptCountersUnavailable(c *gin.Context, ws *workspace, err error) {
-	s.log.Error("token attempt counters unavailable", "workspace", ws.id, "error", err)
+	s.log.ErrorContext(c.Request.Context(), "token attempt counters unavailable", "workspace", ws.id, "error", err)
 	refuse(c, time.Second, rules.New(rules.RegistryUnavailable, "the limit counters are unreachable; retry after Retry-After", ""))
 }

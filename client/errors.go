@@ -63,6 +63,9 @@ type Error struct {
 	Text string
 	// RetryAfter is the answer's Retry-After, when it had one.
 	RetryAfter time.Duration
+	// RequestID is the last answer's X-Request-Id: quote it to the bus's
+	// operators when a failure persists; they find the request by it.
+	RequestID string
 	// MessageID and MessageType identify the message, for a publish.
 	MessageID   string
 	MessageType string

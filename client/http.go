@@ -100,7 +100,7 @@ func (e *endpoint) do(ctx context.Context, r request) (*answer, error) {
 
 // failure turns an answer that is not a success into an *Error.
 func (a *answer) failure(now time.Time) *Error {
-	e := &Error{Status: a.status, Violations: a.Violations, Text: a.Message, RetryAfter: retryAfter(a.header, now)}
+	e := &Error{Status: a.status, Violations: a.Violations, Text: a.Message, RetryAfter: retryAfter(a.header, now), RequestID: a.header.Get("X-Request-Id")}
 	if len(a.Violations) > 0 {
 		e.Rule = a.Violations[0].Rule
 	}

@@ -83,7 +83,7 @@ func TestTestIt_AReusedIDIs409(t *testing.T) {
 	if !ok || e.Status != http.StatusConflict || e.Rule != client.RuleMessageIDReused {
 		t.Fatalf("got %v", err)
 	}
-	if e.Attempts != 1 || e.Kept || !e.NeedsAlert() || e.Class() != client.ClassInvalid {
+	if e.Attempts != 1 || e.Kept || !e.NeedsAlert() || e.Class() != client.ClassInvalid || len(e.RequestID) != 32 {
 		t.Fatalf("reused id handled as %+v", e)
 	}
 	if len(s.rt.Bodies()) != 2 {

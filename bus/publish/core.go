@@ -298,7 +298,7 @@ func (a *attempt) run(ctx context.Context) Outcome {
 			// so that the record names the head its publication follows.
 			var err error
 			if h, err = a.c.readHead(ctx, a.subject); err != nil {
-				return a.c.unavailable(err, "read story head")
+				return a.c.unavailable(ctx, err, "read story head")
 			}
 			a.c.heads.put(a.msg.StoryID, h)
 		}
@@ -308,7 +308,7 @@ func (a *attempt) run(ctx context.Context) Outcome {
 		entry, err := a.c.getRecord(ctx, a.key)
 		switch {
 		case err != nil:
-			return a.c.unavailable(err, "read record")
+			return a.c.unavailable(ctx, err, "read record")
 		case entry != nil:
 			return a.existing(ctx, entry)
 		}
@@ -323,7 +323,7 @@ func (a *attempt) run(ctx context.Context) Outcome {
 	if errors.Is(err, jetstream.ErrKeyExists) {
 		entry, err := a.c.getRecord(ctx, a.key)
 		if err != nil {
-			return a.c.unavailable(err, "read record")
+			return a.c.unavailable(ctx, err, "read record")
 		}
 		if entry == nil { // removed in between: the other attempt failed
 			return a.retryLater(rules.MessageInFlight, "an earlier attempt of this message was just removed; retry", time.Second)
@@ -331,7 +331,7 @@ func (a *attempt) run(ctx context.Context) Outcome {
 		return a.existing(ctx, entry)
 	}
 	if err != nil {
-		return a.c.unavailable(err, "create record")
+		return a.c.unavailable(ctx, err, "create record")
 	}
 	a.rev = rev
 	if err := a.c.fault(ctx, FaultAfterRecord, a.msg.MessageID); err != nil {
@@ -416,7 +416,7 @@ func (a *attempt) commit(ctx context.Context, republish bool) Outcome {
 		// The story head moved since it was read.
 		fresh, rerr := a.c.readHead(ctx, a.subject)
 		if rerr != nil {
-			return a.c.unavailable(rerr, "read story head")
+			return a.c.unavailable(ctx, rerr, "read story head")
 		}
 		a.c.heads.put(a.msg.StoryID, fresh)
 		if republish {
@@ -428,7 +428,7 @@ func (a *attempt) commit(ctx context.Context, republish bool) Outcome {
 		}
 		during, err := a.changedSinceRecorded(ctx, fresh)
 		if err != nil {
-			return a.c.unavailable(err, "read record")
+			return a.c.unavailable(ctx, err, "read record")
 		}
 		if during || try >= 2 {
 			a.remove(ctx)
@@ -455,7 +455,7 @@ func (a *attempt) rename(ctx context.Context) (Outcome, bool) {
 		return a.retryLater(rules.MessageInFlight, "another retry of this message is publishing it", time.Second), false
 	}
 	if err != nil {
-		return a.c.unavailable(err, "update record"), false
+		return a.c.unavailable(ctx, err, "update record"), false
 	}
 	a.rev = rev
 	return Outcome{}, true
@@ -531,7 +531,7 @@ func (a *attempt) published(ack *jetstream.PubAck) {
 // unknown outcome (a timeout) leaves it to the lease and the topic's
 // duplicate window.
 func (a *attempt) publishFailed(ctx context.Context, err error) Outcome {
-	a.c.log.Warn("publish failed", "workspace", a.c.ws.ID, "messageID", a.msg.MessageID, "error", err)
+	a.c.log.WarnContext(ctx, "publish failed", "workspace", a.c.ws.ID, "messageID", a.msg.MessageID, "error", err)
 	if isDefinite(err) {
 		a.remove(ctx)
 	}
@@ -556,7 +556,7 @@ func (a *attempt) remove(ctx context.Context) {
 	cctx, cancel := context.WithTimeout(ctx, a.c.opTimeout)
 	defer cancel()
 	if err := a.c.ws.Records.Delete(cctx, a.key, jetstream.LastRevision(a.rev)); err != nil {
-		a.c.log.Warn("removing record failed", "workspace", a.c.ws.ID, "messageID", a.msg.MessageID, "error", err)
+		a.c.log.WarnContext(cctx, "removing record failed", "workspace", a.c.ws.ID, "messageID", a.msg.MessageID, "error", err)
 	}
 }
 
@@ -564,7 +564,7 @@ func (a *attempt) remove(ctx context.Context) {
 func (a *attempt) existing(ctx context.Context, entry jetstream.KeyValueEntry) Outcome {
 	var rec record
 	if err := json.Unmarshal(entry.Value(), &rec); err != nil {
-		return a.c.unavailable(err, "decode record")
+		return a.c.unavailable(ctx, err, "decode record")
 	}
 	if rec.Hash != a.hash {
 		return refuse(rules.New(rules.MessageIDReused, "this message_id was used for a different message", "/message_id"))
@@ -580,7 +580,7 @@ func (a *attempt) existing(ctx context.Context, entry jetstream.KeyValueEntry) O
 		// whether it was published.
 		published, head, err := a.c.snapshotPublished(ctx, a.subject, a.msg, rec.After)
 		if err != nil {
-			return a.c.unavailable(err, "read story")
+			return a.c.unavailable(ctx, err, "read story")
 		}
 		if published {
 			return Outcome{Status: http.StatusOK, Duplicate: true}
@@ -594,7 +594,7 @@ func (a *attempt) existing(ctx context.Context, entry jetstream.KeyValueEntry) O
 	now, err := a.c.storeNow.StoreNow(cctx)
 	cancel()
 	if err != nil {
-		return a.c.unavailable(err, "read the store's time")
+		return a.c.unavailable(ctx, err, "read the store's time")
 	}
 	if age := now.Sub(entry.Created()); age < Lease {
 		return a.retryLater(rules.MessageInFlight,
@@ -609,7 +609,7 @@ func (a *attempt) existing(ctx context.Context, entry jetstream.KeyValueEntry) O
 		return a.retryLater(rules.MessageInFlight, "another retry of this message is publishing it", time.Second)
 	}
 	if err != nil {
-		return a.c.unavailable(err, "take over record")
+		return a.c.unavailable(ctx, err, "take over record")
 	}
 	a.rev = rev
 	if a.snapshot {
@@ -687,8 +687,8 @@ func (c *Core) fault(ctx context.Context, p FaultPoint, id string) error {
 	return errors.Join(errInjected, err)
 }
 
-func (c *Core) unavailable(err error, op string) Outcome {
-	c.log.Error("record store unavailable", "workspace", c.ws.ID, "op", op, "error", err)
+func (c *Core) unavailable(ctx context.Context, err error, op string) Outcome {
+	c.log.ErrorContext(ctx, "record store unavailable", "workspace", c.ws.ID, "op", op, "error", err)
 	v := rules.New(rules.RegistryUnavailable, "the record store is unreachable; nothing was published", "")
 	return Outcome{Status: rules.Status(v.Rule), Refusal: &v, RetryAfter: time.Second}
 }

@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -80,32 +79,14 @@ type bus struct {
 	// done is closed when the process has exited.
 	done chan struct{}
 	// logs are the process's standard output and error.
-	logs *syncBuffer
-}
-
-// syncBuffer is a bytes.Buffer that a process writes while a test reads.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
+	logs *testutil.SyncBuffer
 }
 
 func startBus(t *testing.T, cfg, dataDir, addr string, args ...string) *bus {
 	t.Helper()
 	cmd := exec.Command(binary, append([]string{"serve", "--config", cfg, "--data-dir", dataDir,
 		"--listen", addr, "--ops-listen", "127.0.0.1:0"}, args...)...)
-	logs := &syncBuffer{}
+	logs := &testutil.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

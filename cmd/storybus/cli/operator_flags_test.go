@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/go-logr/logr"
@@ -82,24 +81,6 @@ func TestExposeGatewayFlag(t *testing.T) {
 	if err := o.validate(); !errors.As(err, &ue) || !strings.Contains(err.Error(), "--trusted-proxies") {
 		t.Errorf("validate: %v, want a usage error naming --trusted-proxies", err)
 	}
-}
-
-// syncBuffer is a bytes.Buffer that goroutines may write at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // TestQuietStop: an error caused by the stop is INFO once the stop began,

@@ -73,7 +73,7 @@ func TestOperatorRuns(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	var logs syncBuffer
+	var logs testutil.SyncBuffer
 	go func() {
 		done <- RunOperator(ctx, o, cfg, logr.FromSlogHandler(slog.NewJSONHandler(&logs, &slog.HandlerOptions{ReplaceAttr: namedLevels})))
 	}()

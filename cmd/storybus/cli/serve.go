@@ -40,6 +40,8 @@ type ServeOptions struct {
 	SyncInterval   time.Duration
 	TopicRetention time.Duration
 	LogFormat      string
+	// AccessLog writes one log line per request on the publish port.
+	AccessLog bool
 	// TokenAttempts limits failed attempts at the token endpoint.
 	TokenAttempts bus.TokenAttempts
 	// TLSCertFile and TLSKeyFile, when set, make the publish port serve
@@ -81,6 +83,7 @@ func (o *ServeOptions) bind(cmd *cobra.Command) {
 	f.DurationVar(&o.SyncInterval, "sync-interval", 0, "fsync period with --sync=interval (nats-server's default is 2m)")
 	f.DurationVar(&o.TopicRetention, "topic-retention", 0, "how long the topic keeps messages; 0 keeps them until the store's limits")
 	f.StringVar(&o.LogFormat, "log-format", "json", "log format: json or text")
+	f.BoolVar(&o.AccessLog, "access-log", true, "log one line per request on the publish port (--access-log=false turns it off)")
 	f.IntVar(&o.TokenAttempts.PerClient, "token-failures-per-client", bus.DefaultTokenAttempts.PerClient, "failed token requests with one client id, within --token-failure-window, that lock it out (0: no limit)")
 	f.IntVar(&o.TokenAttempts.PerAddress, "token-failures-per-address", bus.DefaultTokenAttempts.PerAddress, "failed token requests from one source address, within --token-failure-window, that lock it out (0: no limit)")
 	f.IntVar(&o.Consumers.PerConnection, "consumers-per-connection", bus.DefaultConsumerLimits.PerConnection, "durable consumers one connection may create through the consumer routes (0: no limit)")
@@ -214,7 +217,11 @@ func Serve(ctx context.Context, o ServeOptions, cfgs []*config.Workspace, log *s
 	if err != nil {
 		return err
 	}
-	srv := bus.New(bus.Options{Store: st, Faults: faults, TopicRetention: o.TopicRetention, Logger: log, TokenAttempts: &o.TokenAttempts, TrustedProxies: proxies, Consumers: &o.Consumers})
+	var access *slog.Logger
+	if o.AccessLog {
+		access = log
+	}
+	srv := bus.New(bus.Options{Store: st, Faults: faults, TopicRetention: o.TopicRetention, Logger: log, AccessLog: access, TokenAttempts: &o.TokenAttempts, TrustedProxies: proxies, Consumers: &o.Consumers})
 	for _, cfg := range cfgs {
 		if err := srv.Apply(ctx, cfg); err != nil {
 			return err
