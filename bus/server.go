@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"maps"
 	"net/http"
@@ -26,6 +27,7 @@ import (
 	"github.com/storybus/storybus/bus/config"
 	"github.com/storybus/storybus/bus/publish"
 	"github.com/storybus/storybus/bus/store"
+	"github.com/storybus/storybus/docs"
 	"github.com/storybus/storybus/policy"
 )
 
@@ -264,8 +266,9 @@ func (s *Server) LoadedConfigs() []LoadedConfig {
 
 // OpsHandler returns the operations endpoints: /healthz, /readyz,
 // /configz (the configurations in force, {"workspaces":[LoadedConfig…]}:
-// the operator reads it to report what each bus pod has loaded) and
-// /metrics.
+// the operator reads it to report what each bus pod has loaded), /metrics,
+// and the API's description, /openapi.yaml, with the SOM schemas it refers
+// to under /som/.
 func (s *Server) OpsHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -295,6 +298,22 @@ func (s *Server) OpsHandler() http.Handler {
 		}{s.LoadedConfigs()})
 	})
 	mux.Handle("/metrics", promhttp.HandlerFor(s.metrics.Registry, promhttp.HandlerOpts{Registry: s.metrics.Registry}))
+	mux.HandleFunc("/"+docs.OpenAPIFile, func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/yaml")
+		_, _ = w.Write(docs.OpenAPI())
+	})
+	mux.HandleFunc("/som/{file}", func(w http.ResponseWriter, r *http.Request) {
+		// Only the schemas: the name can neither climb out of som/ nor
+		// name a directory.
+		file := r.PathValue("file")
+		b, err := fs.ReadFile(docs.Files(), "som/"+file)
+		if !strings.HasSuffix(file, ".json") || err != nil {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/schema+json")
+		_, _ = w.Write(b)
+	})
 	return mux
 }
 

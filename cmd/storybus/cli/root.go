@@ -64,6 +64,7 @@ func NewRoot(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
 	root.AddCommand(newOperatorCommand())
 	root.AddCommand(newTokenCommand(), newPublishCommand(), newOutboxCommand(), newConsumeCommand())
 	root.AddCommand(newVersionCommand())
+	root.AddCommand(newOpenAPICommand())
 	argsAreUsage(root)
 	return root
 }

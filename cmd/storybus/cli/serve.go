@@ -73,7 +73,7 @@ const (
 func (o *ServeOptions) bind(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.StringVar(&o.Listen, "listen", ":8080", "address of the publish API")
-	f.StringVar(&o.OpsListen, "ops-listen", ":8081", "address of /healthz, /readyz and /metrics")
+	f.StringVar(&o.OpsListen, "ops-listen", ":8081", "address of /healthz, /readyz, /configz, /metrics and /openapi.yaml")
 	f.StringVar(&o.DataDir, "data-dir", "data", "JetStream file storage of the embedded store")
 	f.StringVar(&o.NATSURL, "nats-url", "", "URL of an external NATS cluster; empty runs JetStream embedded")
 	f.StringVar(&o.NATSCreds, "nats-credentials", "", "NATS credentials file for --nats-url")
