@@ -5,8 +5,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -18,7 +18,9 @@ import (
 	"github.com/storybus/storybus/bus/config"
 	"github.com/storybus/storybus/bus/publish"
 	"github.com/storybus/storybus/bus/rules"
+	"github.com/storybus/storybus/docs"
 	"github.com/storybus/storybus/internal/buildinfo"
+	"github.com/storybus/storybus/internal/openapitest"
 )
 
 func TestUnknownRoutesAnswerMissingAuthenticationToken(t *testing.T) {
@@ -309,8 +311,7 @@ func TestOperationsEndpoints(t *testing.T) {
 	tok := h.token(t, "newsroom", "cms", cmsSecret)
 	h.post(t, "newsroom", tok, snapshot("", "s", 1, "cms"))
 	h.post(t, "newsroom", "", snapshot("", "s", 2, "cms"))
-	ops := httptest.NewServer(h.srv.OpsHandler())
-	defer ops.Close()
+	ops, _ := serveChecked(t, openapitest.OperationsPort, h.srv.OpsHandler())
 	get := func(path string) (int, string) {
 		res, err := http.Get(ops.URL + path)
 		if err != nil {
@@ -337,6 +338,23 @@ func TestOperationsEndpoints(t *testing.T) {
 	} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("metrics lack %s", want)
+		}
+	}
+	// The description, and the SOM schemas its references resolve to
+	// beside it.
+	if code, body := get("/openapi.yaml"); code != http.StatusOK || body != string(docs.OpenAPI()) {
+		t.Fatalf("/openapi.yaml %d, not the embedded description", code)
+	}
+	want, err := fs.ReadFile(docs.Files(), "som/envelope.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, body := get("/som/envelope.json"); code != http.StatusOK || body != string(want) {
+		t.Fatalf("/som/envelope.json %d: %s", code, body)
+	}
+	for _, path := range []string{"/som/nothing.json", "/som/..%2Fopenapi.yaml", "/som/"} {
+		if code, _ := get(path); code != http.StatusNotFound {
+			t.Errorf("%s: %d, want 404", path, code)
 		}
 	}
 	h.ns.Shutdown()

@@ -4,13 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"net/http/httptest"
 	"testing"
 
 	"sigs.k8s.io/yaml"
 
 	"github.com/storybus/storybus/bus"
 	"github.com/storybus/storybus/bus/config"
+	"github.com/storybus/storybus/internal/openapitest"
 )
 
 // /configz reports, per workspace, the hash of the configuration document
@@ -18,8 +18,7 @@ import (
 // wrote. A document that is rejected leaves the previous hash.
 func TestConfigzReportsTheDocumentInForce(t *testing.T) {
 	h := newHarness(t)
-	ops := httptest.NewServer(h.srv.OpsHandler())
-	defer ops.Close()
+	ops, _ := serveChecked(t, openapitest.OperationsPort, h.srv.OpsHandler())
 	configz := func() map[string]string {
 		t.Helper()
 		res, err := http.Get(ops.URL + "/configz")

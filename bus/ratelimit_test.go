@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -23,6 +22,7 @@ import (
 	"github.com/storybus/storybus/bus/publish"
 	"github.com/storybus/storybus/bus/rules"
 	"github.com/storybus/storybus/bus/store"
+	"github.com/storybus/storybus/internal/openapitest"
 	"github.com/storybus/storybus/internal/testutil"
 )
 
@@ -83,8 +83,8 @@ func newReplicaWith(t *testing.T, ns *server.Server, o bus.Options, cfg *config.
 	if err := srv.Apply(context.Background(), cfg); err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{t: t, ns: ns, srv: srv, http: httptest.NewServer(srv.Handler())}
-	t.Cleanup(h.http.Close)
+	h := &harness{t: t, ns: ns, srv: srv}
+	h.http, h.api = serveChecked(t, openapitest.PublishPort, srv.Handler())
 	return h
 }
 

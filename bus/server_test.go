@@ -20,6 +20,7 @@ import (
 	"github.com/storybus/storybus/bus/config"
 	"github.com/storybus/storybus/bus/publish"
 	"github.com/storybus/storybus/bus/rules"
+	"github.com/storybus/storybus/internal/openapitest"
 	"github.com/storybus/storybus/internal/storetest"
 )
 
@@ -45,6 +46,8 @@ type harness struct {
 	http   *httptest.Server
 	clock  *fakeClock
 	faults atomic.Pointer[publish.Faults]
+	// api checks every answer of http against docs/openapi.yaml.
+	api *openapitest.Checker
 }
 
 func workspaceConfig(id string) *config.Workspace {
@@ -83,9 +86,37 @@ func newHarness(t testing.TB) *harness {
 			t.Fatal(err)
 		}
 	}
-	h.http = httptest.NewServer(h.srv.Handler())
-	t.Cleanup(h.http.Close)
+	h.http, h.api = serveChecked(t, openapitest.PublishPort, h.srv.Handler())
 	return h
+}
+
+// serveChecked serves h on loopback for t, every answer validated against
+// docs/openapi.yaml. A mismatch fails the test that got the answer
+// (harness.do) or, when no helper took it, t when it ends.
+func serveChecked(t testing.TB, port openapitest.Port, h http.Handler) (*httptest.Server, *openapitest.Checker) {
+	t.Helper()
+	api := openapitest.NewChecker(port)
+	// Cleanups run last first: the server closes, then what it answered is
+	// reported.
+	t.Cleanup(func() {
+		for _, err := range api.Take() {
+			t.Errorf("answer outside docs/openapi.yaml: %v", err)
+		}
+	})
+	srv := httptest.NewServer(api.Handler(h))
+	t.Cleanup(srv.Close)
+	return srv, api
+}
+
+// checkAPI fails t with the answers outside docs/openapi.yaml so far.
+func (h *harness) checkAPI(t testing.TB) {
+	t.Helper()
+	if h.api == nil {
+		return
+	}
+	for _, err := range h.api.Take() {
+		t.Errorf("answer outside docs/openapi.yaml: %v", err)
+	}
 }
 
 func (h *harness) token(t testing.TB, ws, client, secret string) string {
@@ -217,7 +248,11 @@ func decode(t testing.TB, res *http.Response) answer {
 func (h *harness) metrics(t testing.TB) string {
 	t.Helper()
 	rec := httptest.NewRecorder()
-	h.srv.OpsHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	ops := openapitest.NewChecker(openapitest.OperationsPort)
+	ops.Handler(h.srv.OpsHandler()).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	for _, err := range ops.Take() {
+		t.Errorf("answer outside docs/openapi.yaml: %v", err)
+	}
 	if rec.Code != http.StatusOK {
 		t.Fatalf("/metrics: %d", rec.Code)
 	}
@@ -241,7 +276,9 @@ func (h *harness) do(t testing.TB, req *http.Request) answer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return decode(t, res)
+	a := decode(t, res)
+	h.checkAPI(t)
+	return a
 }
 
 func snapshot(id, story string, seq int, system string) []byte {

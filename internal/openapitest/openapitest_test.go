@@ -1,0 +1,85 @@
+package openapitest
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"testing"
+)
+
+// TestCheck: answers in the description pass; each kind of drift is
+// caught.
+func TestCheck(t *testing.T) {
+	const (
+		accepted  = `{"accepted":true,"message_id":"6f1c2a9e-4b7d-4e21-9a3f-0c5d8e7b1a20","message_type":"story.context","family":"story-context","tolerated":[]}`
+		rateLimit = `{"accepted":false,"violations":[{"source":"policy","rule":"rate.limited","message":"slow down"}]}`
+		schema    = `{"accepted":false,"violations":[{"source":"schema","rule":"envelope.required","message":"missing","path":"/payload"}]}`
+	)
+	jsonHeader := func(kv ...string) http.Header {
+		h := http.Header{"Content-Type": {"application/json"}}
+		for i := 0; i < len(kv); i += 2 {
+			h.Set(kv[i], kv[i+1])
+		}
+		return h
+	}
+	publish := "/v1/tenants/newsroom/messages"
+	for _, tc := range []struct {
+		name, method, path string
+		port               Port
+		status             int
+		header             http.Header
+		body               string
+		ok                 bool
+	}{
+		{"accepted", http.MethodPost, publish, PublishPort, 202, jsonHeader(), accepted, true},
+		{"accepted without tolerated", http.MethodPost, publish, PublishPort, 202, jsonHeader(),
+			`{"accepted":true,"message_id":"6f1c2a9e-4b7d-4e21-9a3f-0c5d8e7b1a20","message_type":"story.context","family":"story-context"}`, false},
+		{"a member too many", http.MethodPost, publish, PublishPort, 200, jsonHeader(),
+			`{"accepted":true,"duplicate":true,"message_id":"6f1c2a9e-4b7d-4e21-9a3f-0c5d8e7b1a20","extra":1}`, false},
+		{"429 with Retry-After", http.MethodPost, publish, PublishPort, 429, jsonHeader("Retry-After", "2"), rateLimit, true},
+		{"429 without Retry-After", http.MethodPost, publish, PublishPort, 429, jsonHeader(), rateLimit, false},
+		{"a status not described", http.MethodPost, publish, PublishPort, 418, jsonHeader(), rateLimit, false},
+		{"a rule the status does not list", http.MethodPost, publish, PublishPort, 401, jsonHeader(),
+			`{"accepted":false,"violations":[{"source":"policy","rule":"grant.system_id","message":"no"}]}`, false},
+		{"a source the status lists", http.MethodPost, publish, PublishPort, 400, jsonHeader(), schema, true},
+		{"a source on a route that does not list it", http.MethodGet, "/v1/tenants/newsroom/consumers/web/messages", PublishPort, 400, jsonHeader(), schema, false},
+		{"a workspace rule", http.MethodPost, publish, PublishPort, 409, jsonHeader(),
+			`{"accepted":false,"violations":[{"source":"policy","rule":"tenant.embargo","message":"no"}]}`, true},
+		{"an unknown path", http.MethodGet, "/v1/nothing", PublishPort, 403, jsonHeader(), `{"message":"Missing Authentication Token"}`, true},
+		{"an unknown method", http.MethodGet, publish, PublishPort, 403, jsonHeader(), `{"message":"Missing Authentication Token"}`, true},
+		{"an unknown path answered 404", http.MethodGet, "/v1/nothing", PublishPort, 404, jsonHeader(), `{"message":"Not Found"}`, false},
+		{"an operations path on the publish port", http.MethodGet, "/healthz", PublishPort, 200, http.Header{"Content-Type": {"text/plain; charset=utf-8"}}, "ok\n", false},
+		{"healthz", http.MethodGet, "/healthz", OperationsPort, 200, http.Header{"Content-Type": {"text/plain; charset=utf-8"}}, "ok\n", true},
+		{"readyz not ready", http.MethodGet, "/readyz", OperationsPort, 503, http.Header{"Content-Type": {"text/plain; charset=utf-8"}}, "not ready: store\n", true},
+		{"readyz answering JSON", http.MethodGet, "/readyz", OperationsPort, 200, jsonHeader(), `{"ok":true}`, false},
+		{"an unknown operations path", http.MethodGet, "/debug", OperationsPort, 404, http.Header{"Content-Type": {"text/plain; charset=utf-8"}}, "404 page not found\n", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := NewChecker(tc.port).Check(httptest.NewRequest(tc.method, tc.path, nil), tc.status, tc.header, []byte(tc.body))
+			if (err == nil) != tc.ok {
+				t.Fatalf("error %v, want ok %v", err, tc.ok)
+			}
+		})
+	}
+}
+
+// TestHandlerHoldsTheAnswerUntilChecked: the wrapped handler's answer
+// reaches the client unchanged, and a mismatch is recorded by then.
+func TestHandlerHoldsTheAnswerUntilChecked(t *testing.T) {
+	c := NewChecker(PublishPort)
+	h := c.Handler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusTeapot)
+		_, _ = w.Write([]byte(`{"accepted":false}`))
+	}))
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/tenants/newsroom/messages", nil))
+	if rec.Code != http.StatusTeapot || rec.Body.String() != `{"accepted":false}` || rec.Header().Get("Content-Type") != "application/json" {
+		t.Fatalf("answer changed: %d %q %v", rec.Code, rec.Body.String(), rec.Header())
+	}
+	if errs := c.Take(); len(errs) != 1 {
+		t.Fatalf("recorded %v, want the one mismatch", errs)
+	}
+	if errs := c.Take(); len(errs) != 0 {
+		t.Fatalf("Take kept %v", errs)
+	}
+}
