@@ -16,9 +16,12 @@
 //   - three-write: the naive idempotent publish, a record create, a publish
 //     and a record update in sequence per message.
 //
-// Run runs them in that order (in rounds when asked, each on fresh streams)
-// and returns a Report with messages per second, latency percentiles,
-// errors and the ratios. `storybus bench` is its command line.
+// Run runs them in that order (in rounds when asked, each on fresh streams),
+// at each level of concurrency asked for, and returns a Report with
+// messages per second, latency percentiles, errors and the ratios. With
+// Options.Remote it drives a running bus instead, the bus phase alone, so
+// that a platform team can size a workspace. `storybus bench` is its
+// command line.
 package bench
 
 import (
@@ -72,8 +75,9 @@ type Options struct {
 	// SyncInterval is the fsync period with SyncInterval; 0 keeps
 	// nats-server's default.
 	SyncInterval time.Duration
-	// Producers is how many concurrent writers every phase runs.
-	Producers int
+	// Producers are the levels of concurrency: at each, every phase runs
+	// with that many concurrent writers.
+	Producers []int
 	// Stories is how many stories the producers share out; each story
 	// belongs to one producer, so writers never contend on a story.
 	Stories int
@@ -94,6 +98,10 @@ type Options struct {
 	// empty is the system's temporary directory. It should be on the disk
 	// under test: a memory file system makes fsync free.
 	DataDir string
+	// Remote, when set, is a running bus to drive instead of the embedded
+	// one: the bus phase alone, Sync, SyncInterval, Phases and DataDir
+	// unused.
+	Remote *Remote
 	// Logger receives the bus's logs; nil discards them.
 	Logger *slog.Logger
 	// Progress, when set, is told each phase's result as it ends.
@@ -104,7 +112,7 @@ type Options struct {
 func DefaultOptions() Options {
 	return Options{
 		Sync:      SyncAlways,
-		Producers: 16,
+		Producers: []int{16},
 		Stories:   2000,
 		Duration:  10 * time.Second,
 		Warmup:    2 * time.Second,
@@ -115,14 +123,25 @@ func DefaultOptions() Options {
 // Validate reports every problem with the options at once.
 func (o Options) Validate() error {
 	var errs []error
-	if o.Sync != SyncAlways && o.Sync != SyncInterval {
+	if o.Remote == nil && o.Sync != SyncAlways && o.Sync != SyncInterval {
 		errs = append(errs, fmt.Errorf("sync must be %s or %s, not %q", SyncAlways, SyncInterval, o.Sync))
 	}
 	if o.SyncInterval < 0 {
 		errs = append(errs, errors.New("sync interval must not be negative"))
 	}
-	if o.Producers < 1 {
-		errs = append(errs, errors.New("producers must be at least 1"))
+	if len(o.Producers) == 0 {
+		errs = append(errs, errors.New("producers must list at least one level"))
+	}
+	for _, n := range o.Producers {
+		if n < 1 {
+			errs = append(errs, fmt.Errorf("producers must be at least 1, not %d", n))
+		}
+	}
+	if o.Remote != nil {
+		errs = append(errs, o.Remote.validate())
+		if len(o.Phases) > 0 && !slices.Equal(o.Phases, []PhaseName{PhaseBus}) {
+			errs = append(errs, errors.New("a running bus is measured alone: no baseline phases"))
+		}
 	}
 	if o.Stories < 1 {
 		errs = append(errs, errors.New("stories must be at least 1"))
@@ -147,6 +166,13 @@ func (o Options) Validate() error {
 	return errors.Join(errs...)
 }
 
+// site is where a run's phases run: the embedded store, or a running bus.
+type site interface {
+	// runPhase runs one phase with the given number of producers.
+	runPhase(ctx context.Context, name PhaseName, producers, round int) (Phase, error)
+	close()
+}
+
 // Run runs the benchmark. The report is returned whenever the phases ran,
 // together with an error if any message was refused or failed, or a
 // stream holds other than the messages its phase had acknowledged.
@@ -155,36 +181,49 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		return nil, err
 	}
 	rep := &Report{Machine: currentMachine(), Settings: settingsOf(o)}
-	e, err := newEnv(ctx, o)
+	var s site
+	var err error
+	if o.Remote != nil {
+		s, err = newRemote(o)
+	} else {
+		s, err = newEnv(ctx, o)
+	}
 	if err != nil {
 		return nil, err
 	}
-	defer e.close()
+	defer s.close()
 	var problems []error
-	for r := 1; r <= o.Rounds; r++ {
-		round := Round{Round: r}
-		for _, name := range o.phases() {
-			ph, err := e.runPhase(ctx, name, r)
-			if err != nil {
-				return nil, fmt.Errorf("round %d, %s: %w", r, name, err)
+	for _, producers := range o.Producers {
+		level := Level{Producers: producers}
+		for r := 1; r <= o.Rounds; r++ {
+			round := Round{Round: r}
+			for _, name := range o.phases() {
+				ph, err := s.runPhase(ctx, name, producers, r)
+				if err != nil {
+					return nil, fmt.Errorf("%d producers, round %d, %s: %w", producers, r, name, err)
+				}
+				if o.Progress != nil {
+					fmt.Fprintf(o.Progress, "producers %3d  round %d/%d  %-15s %8.0f msgs/s  p50 %6.2f ms  p99 %6.2f ms  errors %d\n",
+						producers, r, o.Rounds, name, ph.PerSecond, ph.P50Ms, ph.P99Ms, ph.Errors)
+				}
+				problems = append(problems, ph.problems(producers, r)...)
+				round.set(ph)
 			}
-			if o.Progress != nil {
-				fmt.Fprintf(o.Progress, "round %d/%d %-15s %8.0f msgs/s  p50 %6.2f ms  p99 %6.2f ms  errors %d\n",
-					r, o.Rounds, name, ph.PerSecond, ph.P50Ms, ph.P99Ms, ph.Errors)
-			}
-			problems = append(problems, ph.problems(r)...)
-			round.set(ph)
+			round.ratios()
+			level.Rounds = append(level.Rounds, round)
 		}
-		round.ratios()
-		rep.Rounds = append(rep.Rounds, round)
+		level.summarise()
+		rep.Levels = append(rep.Levels, level)
 	}
 	rep.Machine.LoadEnd = loadAverage()
-	rep.summarise()
 	return rep, errors.Join(problems...)
 }
 
 // phases returns the phases a round runs, in Phases' order.
 func (o Options) phases() []PhaseName {
+	if o.Remote != nil {
+		return []PhaseName{PhaseBus}
+	}
 	if len(o.Phases) == 0 {
 		return Phases
 	}
@@ -208,13 +247,13 @@ func phaseList() string {
 
 // runPhase runs one phase on fresh streams, checks what its stream holds
 // and removes the streams again, so every phase starts on an equal store.
-func (e *env) runPhase(ctx context.Context, name PhaseName, round int) (Phase, error) {
-	ws := fmt.Sprintf("bench-%s-r%d", name, round)
+func (e *env) runPhase(ctx context.Context, name PhaseName, producers, round int) (Phase, error) {
+	ws := fmt.Sprintf("bench-%s-p%d-r%d", name, producers, round)
 	t, err := e.open(ctx, name, ws)
 	if err != nil {
 		return Phase{}, err
 	}
-	ph := drive(ctx, t, e.o)
+	ph := drive(ctx, t, e.o, producers, generator{systemID: SystemID, storyPrefix: "story-"})
 	ph.Name = name
 	ph.Writes = durableWrites[name]
 	t.settle()
@@ -229,6 +268,7 @@ func (e *env) runPhase(ctx context.Context, name PhaseName, round int) (Phase, e
 	if ph.StreamMessages, err = t.streamMessages(ctx); err != nil {
 		return Phase{}, fmt.Errorf("counting the stream: %w", err)
 	}
+	ph.streamCounted = true
 	if err := t.remove(ctx); err != nil {
 		return Phase{}, fmt.Errorf("removing the streams: %w", err)
 	}
@@ -259,21 +299,22 @@ type workerStats struct {
 // maxErrorSamples bounds the error messages kept per phase.
 const maxErrorSamples = 5
 
-// drive runs the producers against t: a warm-up, then the measured part,
-// by time or by message count. A message is measured when it was sent
-// after the warm-up; the measured time ends with the last measured answer.
-func drive(ctx context.Context, t target, o Options) Phase {
+// drive runs producers against t, each making its messages with g: a
+// warm-up, then the measured part, by time or by message count. A message
+// is measured when it was sent after the warm-up; the measured time ends
+// with the last measured answer.
+func drive(ctx context.Context, t publisher, o Options, producers int, g generator) Phase {
 	from := time.Now().Add(o.Warmup)
 	to := from.Add(o.Duration)
 	var remaining atomic.Int64
 	remaining.Store(int64(o.Messages))
-	stats := make([]workerStats, o.Producers)
+	stats := make([]workerStats, producers)
 	var wg sync.WaitGroup
-	for w := range o.Producers {
+	for w := range producers {
 		wg.Go(func() {
 			s := &stats[w]
 			s.statuses = map[int]int64{}
-			p := newProducer(w, o.Producers, o.Stories)
+			p := newProducer(w, producers, o.Stories, g)
 			for ctx.Err() == nil {
 				m := p.message()
 				t0 := time.Now()

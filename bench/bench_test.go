@@ -15,61 +15,68 @@ import (
 	"github.com/storybus/storybus/bus/som"
 )
 
-// TestRun runs the whole benchmark briefly and checks that it measured
-// something real: every phase accepted messages, nothing failed, every bus
-// answer was 202, and each stream holds exactly what was acknowledged. It
-// asserts no speed: the machines it runs on are shared and noisy.
+// TestRun runs the whole benchmark briefly, every phase at two levels of
+// concurrency, and checks that it measured something real: every phase
+// accepted the messages asked for, nothing failed, every HTTP answer was
+// 202, and each stream holds exactly what was acknowledged. It asserts no
+// speed: the machines it runs on are shared and noisy.
 func TestRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the benchmark for a few seconds")
 	}
 	o := DefaultOptions()
-	o.Producers = 4
+	o.Producers = []int{1, 4}
 	o.Stories = 40
-	o.Duration = time.Second
-	o.Warmup = 200 * time.Millisecond
+	o.Messages = 60
+	o.Warmup = 100 * time.Millisecond
 	o.DataDir = t.TempDir()
-	rep, err := Run(t.Context(), o)
+	report, err := Run(t.Context(), o)
 	if err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	if got := len(rep.phases()); got != len(Phases) {
-		t.Errorf("the report has %d phases; want %d", got, len(Phases))
+	if len(report.Levels) != 2 || report.Levels[0].Producers != 1 || report.Levels[1].Producers != 4 {
+		t.Fatalf("levels %+v; want two, of 1 and 4 producers", report.Levels)
 	}
-	for _, ph := range rep.phases() {
-		if ph.Accepted <= 0 || ph.PerSecond <= 0 {
-			t.Errorf("%s: accepted %d messages, %.1f/s; want more than 0", ph.Name, ph.Accepted, ph.PerSecond)
+	for _, rep := range report.Levels {
+		if got := len(rep.phases()); got != len(Phases) {
+			t.Errorf("%d producers: the report has %d phases; want %d", rep.Producers, got, len(Phases))
 		}
-		if ph.Errors != 0 {
-			t.Errorf("%s: %d errors: %v", ph.Name, ph.Errors, ph.ErrorSamples)
+		for _, ph := range rep.phases() {
+			if ph.Accepted != int64(o.Messages) || ph.PerSecond <= 0 {
+				t.Errorf("%d producers, %s: accepted %d messages, %.1f/s; want %d", rep.Producers, ph.Name, ph.Accepted, ph.PerSecond, o.Messages)
+			}
+			if ph.Errors != 0 {
+				t.Errorf("%d producers, %s: %d errors: %v", rep.Producers, ph.Name, ph.Errors, ph.ErrorSamples)
+			}
+			if uint64(ph.AcceptedTotal) != ph.StreamMessages {
+				t.Errorf("%d producers, %s: %d messages accepted, the stream holds %d", rep.Producers, ph.Name, ph.AcceptedTotal, ph.StreamMessages)
+			}
+			if ph.P50Ms <= 0 || ph.P99Ms < ph.P50Ms {
+				t.Errorf("%d producers, %s: p50 %.3f ms, p99 %.3f ms", rep.Producers, ph.Name, ph.P50Ms, ph.P99Ms)
+			}
+			if viaHTTP := ph.Name == PhaseBus || ph.Name == PhaseRelay || ph.Name == PhaseRelayTwoWrite; viaHTTP &&
+				(len(ph.Statuses) != 1 || ph.Statuses[http.StatusAccepted] != ph.AcceptedTotal) {
+				t.Errorf("%d producers, %s: answers by status = %v; want only 202, %d times", rep.Producers, ph.Name, ph.Statuses, ph.AcceptedTotal)
+			}
 		}
-		if uint64(ph.AcceptedTotal) != ph.StreamMessages {
-			t.Errorf("%s: %d messages accepted, the stream holds %d", ph.Name, ph.AcceptedTotal, ph.StreamMessages)
-		}
-		if ph.P50Ms <= 0 || ph.P99Ms < ph.P50Ms {
-			t.Errorf("%s: p50 %.3f ms, p99 %.3f ms", ph.Name, ph.P50Ms, ph.P99Ms)
-		}
-	}
-	if len(rep.Bus.Statuses) != 1 || rep.Bus.Statuses[http.StatusAccepted] != rep.Bus.AcceptedTotal {
-		t.Errorf("bus answers by status = %v; want only 202, %d times", rep.Bus.Statuses, rep.Bus.AcceptedTotal)
-	}
-	for name, r := range map[string]Ratio{"bus ÷ relay": rep.BusOverRelay, "bus ÷ relay two-write": rep.BusOverRelayTwoWrite,
-		"bus ÷ raw single": rep.BusOverRaw, "bus ÷ three-write": rep.BusOverThreeWrite} {
-		for _, v := range []float64{r.Throughput, r.P50, r.P99} {
-			if !(v > 0) || math.IsInf(v, 0) {
-				t.Errorf("%s = %+v; want finite and positive", name, r)
+		for name, r := range map[string]Ratio{"bus ÷ relay": rep.BusOverRelay, "bus ÷ relay two-write": rep.BusOverRelayTwoWrite,
+			"bus ÷ raw single": rep.BusOverRaw, "bus ÷ three-write": rep.BusOverThreeWrite} {
+			for _, v := range []float64{r.Throughput, r.P50, r.P99} {
+				if !(v > 0) || math.IsInf(v, 0) {
+					t.Errorf("%d producers: %s = %+v; want finite and positive", rep.Producers, name, r)
+				}
 			}
 		}
 	}
-	if _, err := json.Marshal(rep); err != nil {
+	if _, err := json.Marshal(report); err != nil {
 		t.Errorf("report as JSON: %v", err)
 	}
 	var table bytes.Buffer
-	if err := rep.WriteTable(&table); err != nil {
+	if err := report.WriteTable(&table); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"bus (HTTP API)", "relay (HTTP, 1 write)", "relay two-write (HTTP)", "raw single publish", "three-write",
-		"relay two-write  ", "--producers 4"} {
+		"relay two-write  ", "--producers 1,4", "scaling (the median round of each level)"} {
 		if !strings.Contains(table.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, table.String())
 		}
@@ -77,25 +84,46 @@ func TestRun(t *testing.T) {
 	t.Logf("\n%s", table.String())
 }
 
-// TestSnapshotIsValid checks that the benchmark sends what a real producer
-// would: valid SOM 1.0 of a typical size, accepted with no warnings.
-func TestSnapshotIsValid(t *testing.T) {
-	p := newProducer(0, 1, 1)
-	for seq := 1; seq <= 3; seq++ {
-		m := p.message()
-		msg, err := som.Parse(m.body)
-		if err != nil {
-			t.Fatalf("snapshot %d: %v\n%s", seq, err, m.body)
-		}
-		refusals, warnings := som.Validate(msg)
-		if len(refusals) != 0 || len(warnings) != 0 {
-			t.Fatalf("snapshot %d: refusals %+v, warnings %+v\n%s", seq, refusals, warnings, m.body)
-		}
-		if msg.SequenceNumber != int64(seq) || msg.MessageID != m.id || msg.StoryID != m.story {
-			t.Errorf("snapshot %d: sequence %d, id %q, story %q", seq, msg.SequenceNumber, msg.MessageID, msg.StoryID)
-		}
-		if n := len(m.body); n < 1000 || n > 2000 {
-			t.Errorf("snapshot %d is %d bytes; want a typical 1–2 KB", seq, n)
+// TestMessagesAreValid checks that the benchmark sends what a real
+// producer would: valid SOM 1.0 of a typical size, accepted with no
+// warnings; snapshots in sequence, and with events one message in four a
+// story.event about the story snapshotted last.
+func TestMessagesAreValid(t *testing.T) {
+	for _, events := range []bool{false, true} {
+		p := newProducer(0, 1, 2, generator{systemID: "cms", storyPrefix: "run-1a2b-", events: events})
+		seq := map[string]int64{}
+		last := ""
+		for i := 1; i <= 12; i++ {
+			m := p.message()
+			msg, err := som.Parse(m.body)
+			if err != nil {
+				t.Fatalf("message %d: %v\n%s", i, err, m.body)
+			}
+			refusals, warnings := som.Validate(msg)
+			if len(refusals) != 0 || len(warnings) != 0 {
+				t.Fatalf("message %d: refusals %+v, warnings %+v\n%s", i, refusals, warnings, m.body)
+			}
+			if msg.MessageID != m.id || msg.StoryID != m.story || msg.SystemID != "cms" || !strings.HasPrefix(m.story, "run-1a2b-") {
+				t.Errorf("message %d: id %q, story %q, system %q", i, msg.MessageID, msg.StoryID, msg.SystemID)
+			}
+			wantEvent := events && i%4 == 0
+			switch {
+			case wantEvent:
+				if msg.MessageType != som.TypeStoryEvent || m.story != last {
+					t.Errorf("message %d is a %s about %s; want a story.event about %s", i, msg.MessageType, m.story, last)
+				}
+			case msg.MessageType != som.TypeStoryContext:
+				t.Errorf("message %d is a %s; want a story.context", i, msg.MessageType)
+			default:
+				seq[m.story]++
+				if msg.SequenceNumber != seq[m.story] {
+					t.Errorf("snapshot %d of %s has sequence %d; want %d", i, m.story, msg.SequenceNumber, seq[m.story])
+				}
+				if n := len(m.body); n < 1000 || n > 2000 {
+					t.Errorf("snapshot %d is %d bytes; want a typical 1–2 KB", i, n)
+				}
+				last = m.story
+			}
 		}
 	}
 }
@@ -105,7 +133,7 @@ func TestSnapshotIsValid(t *testing.T) {
 func TestProducersOwnDistinctStories(t *testing.T) {
 	owner := map[string]int{}
 	for w := range 7 {
-		for _, s := range newProducer(w, 7, 30).stories {
+		for _, s := range newProducer(w, 7, 30, generator{storyPrefix: "story-"}).stories {
 			if o, ok := owner[s.id]; ok {
 				t.Fatalf("story %s belongs to producers %d and %d", s.id, o, w)
 			}
@@ -145,14 +173,14 @@ func benchmarkPhase(b *testing.B, name PhaseName) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	parallelism := max(1, o.Producers/runtime.GOMAXPROCS(0))
+	parallelism := max(1, o.Producers[0]/runtime.GOMAXPROCS(0))
 	workers := parallelism * runtime.GOMAXPROCS(0)
 	var next, failed atomic.Int64
 	b.SetParallelism(parallelism)
 	b.ReportAllocs()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
-		p := newProducer(int(next.Add(1)-1), workers, o.Stories)
+		p := newProducer(int(next.Add(1)-1), workers, o.Stories, generator{systemID: SystemID, storyPrefix: "story-"})
 		for pb.Next() {
 			m := p.message()
 			if _, err := t.publish(b.Context(), m); err != nil {

@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -23,6 +24,7 @@ import (
 	"github.com/storybus/storybus/bus/config"
 	"github.com/storybus/storybus/bus/som"
 	"github.com/storybus/storybus/bus/store"
+	"github.com/storybus/storybus/client"
 )
 
 // env is the one process layout every phase runs in: an embedded JetStream
@@ -80,20 +82,25 @@ func newEnv(ctx context.Context, o Options) (_ *env, err error) {
 	if e.relay, err = startRelay(e.st.JS, log); err != nil {
 		return nil, err
 	}
-	// Keep-alive for every producer: a connection per request would measure
-	// TCP set-up, not the bus.
-	idle := 2*o.Producers + 4
 	e.client = &http.Client{
 		Timeout: 30 * time.Second,
-		Transport: &http.Transport{
-			Proxy:               nil,
-			MaxIdleConns:        idle,
-			MaxIdleConnsPerHost: idle,
-			IdleConnTimeout:     2 * time.Minute,
-			DisableCompression:  true,
-		},
+		Transport: keepAlive(&http.Transport{
+			Proxy:              nil,
+			IdleConnTimeout:    2 * time.Minute,
+			DisableCompression: true,
+		}, slices.Max(o.Producers)),
 	}
 	return e, nil
+}
+
+// keepAlive lets tr keep an idle connection for every one of producers,
+// and returns it: a connection per request would measure TCP and TLS
+// set-up, not the bus.
+func keepAlive(tr *http.Transport, producers int) *http.Transport {
+	idle := 2*producers + 4
+	tr.MaxIdleConns = idle
+	tr.MaxIdleConnsPerHost = idle
+	return tr
 }
 
 func (e *env) close() {
@@ -122,11 +129,17 @@ func (e *env) close() {
 	}
 }
 
+// publisher writes one message durably.
+type publisher interface {
+	// publish writes one message. status is the HTTP status for the bus and
+	// the relays and 0 otherwise; err is set for anything but an accepted
+	// message.
+	publish(ctx context.Context, m message) (status int, err error)
+}
+
 // target is one way of writing a message durably, opened on fresh streams.
 type target interface {
-	// publish writes one message. status is the HTTP status for the bus and
-	// 0 otherwise; err is set for anything but an accepted message.
-	publish(ctx context.Context, m message) (status int, err error)
+	publisher
 	// settle waits for background work the target's writes started.
 	settle()
 	// streamMessages reports how many messages the target's topic holds.
@@ -228,7 +241,7 @@ func (e *env) openBus(ctx context.Context, ws string) (*busTarget, error) {
 	}
 	return &busTarget{
 		wsStore: wsStore{js: e.st.JS, id: ws},
-		poster:  poster{client: e.client, url: e.base + "/v1/tenants/" + ws + "/messages", auth: "Bearer " + token},
+		poster:  poster{client: e.client, url: e.base + "/v1/tenants/" + ws + "/messages", tokens: client.StaticToken(token)},
 		e:       e,
 	}, nil
 }
@@ -264,8 +277,8 @@ func (e *env) token(ctx context.Context, ws, clientID, secret string) (string, e
 type poster struct {
 	client *http.Client
 	url    string
-	// auth is the Authorization header; empty sends none.
-	auth string
+	// tokens gives the bearer token of every request; nil sends none.
+	tokens client.TokenSource
 }
 
 // publish posts one message; anything but 202 is an error.
@@ -274,8 +287,12 @@ func (t poster) publish(ctx context.Context, m message) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	if t.auth != "" {
-		req.Header.Set("Authorization", t.auth)
+	token := ""
+	if t.tokens != nil {
+		if token, err = t.tokens.Token(ctx); err != nil {
+			return 0, fmt.Errorf("token: %w", err)
+		}
+		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := t.client.Do(req)
@@ -283,6 +300,10 @@ func (t poster) publish(ctx context.Context, m message) (int, error) {
 		return 0, err
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusUnauthorized && t.tokens != nil {
+		// An expired or revoked token: the next request gets a new one.
+		t.tokens.Invalidate(token)
+	}
 	if resp.StatusCode != http.StatusAccepted {
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 		return resp.StatusCode, fmt.Errorf("HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(body))

@@ -15,7 +15,8 @@ import (
 // bus connection that publishes them.
 const SystemID = "bench"
 
-// message is one SOM 1.0 story.context snapshot ready to send.
+// message is one SOM 1.0 message ready to send: a story.context snapshot
+// or a story.event.
 type message struct {
 	id    string
 	story string
@@ -28,37 +29,60 @@ type story struct {
 	seq int64
 }
 
+// generator says what messages the producers of a phase make.
+type generator struct {
+	// systemID is the messages' system_id.
+	systemID string
+	// storyPrefix starts every story id; a run against a running bus
+	// makes it unique, so that its stories are new.
+	storyPrefix string
+	// events makes one message in eventEvery a story.event about the
+	// story last snapshotted; otherwise every message is a snapshot.
+	events bool
+}
+
+// eventEvery is how often a producer with events sends one.
+const eventEvery = 4
+
 // producer makes the messages of one worker. It owns its stories alone, so
 // no two workers ever write the same story and the bus sees no contention.
 type producer struct {
+	g       generator
 	stories []story
 	next    int
+	sent    int
 }
 
 // newProducer returns the producer of worker w out of workers, owning the
 // stories whose index modulo workers is w (at least one story).
-func newProducer(w, workers, stories int) *producer {
-	p := &producer{}
+func newProducer(w, workers, stories int, g generator) *producer {
+	p := &producer{g: g}
 	for i := w; i < stories; i += workers {
-		p.stories = append(p.stories, story{id: storyID(i)})
+		p.stories = append(p.stories, story{id: g.storyID(i)})
 	}
 	if len(p.stories) == 0 {
-		p.stories = append(p.stories, story{id: storyID(stories + w)})
+		p.stories = append(p.stories, story{id: g.storyID(stories + w)})
 	}
 	return p
 }
 
-func storyID(i int) string { return "story-" + strconv.Itoa(100000 + i)[1:] }
+func (g generator) storyID(i int) string { return g.storyPrefix + strconv.Itoa(100000 + i)[1:] }
 
-// message returns the next snapshot: the producer's stories in turn, each
-// one's sequence_number one above its previous snapshot, a fresh message_id
-// every time.
+// message returns the next message, a fresh message_id every time: the
+// producer's stories in turn, each one's sequence_number one above its
+// previous snapshot, and with events every eventEvery-th message an event
+// about the story snapshotted last.
 func (p *producer) message() message {
+	p.sent++
+	id := uuid.NewString()
+	if p.g.events && p.sent%eventEvery == 0 {
+		s := p.stories[(p.next+len(p.stories)-1)%len(p.stories)]
+		return message{id: id, story: s.id, body: event(id, p.g.systemID, s.id, s.seq, time.Now())}
+	}
 	s := &p.stories[p.next]
 	p.next = (p.next + 1) % len(p.stories)
 	s.seq++
-	id := uuid.NewString()
-	return message{id: id, story: s.id, body: snapshot(id, s.id, s.seq, time.Now())}
+	return message{id: id, story: s.id, body: snapshot(id, p.g.systemID, s.id, s.seq, time.Now())}
 }
 
 // state walks a story through a realistic life: a draft, then published,
@@ -76,14 +100,11 @@ func state(seq int64) string {
 // snapshot returns a typical story.context of about 1.3 KB: a headline,
 // slug, desk, language, body reference, assets, authors and labels, valid
 // against SOM 1.0 with no warnings.
-func snapshot(id, storyID string, seq int64, now time.Time) []byte {
+func snapshot(id, systemID, storyID string, seq int64, now time.Time) []byte {
 	n := strconv.FormatInt(seq, 10)
 	b := make([]byte, 0, 1536)
-	b = append(b, `{"som_version":"1.0","message_id":"`...)
-	b = append(b, id...)
-	b = append(b, `","message_type":"`+som.TypeStoryContext+`","system_id":"`+SystemID+`","timestamp":"`...)
-	b = now.UTC().AppendFormat(b, time.RFC3339Nano)
-	b = append(b, `","payload":{"story_id":"`...)
+	b = envelope(b, id, som.TypeStoryContext, systemID, now)
+	b = append(b, `"payload":{"story_id":"`...)
 	b = append(b, storyID...)
 	b = append(b, `","sequence_number":`...)
 	b = append(b, n...)
@@ -109,6 +130,41 @@ func snapshot(id, storyID string, seq int64, now time.Time) []byte {
 		b = append(b, `","caption":"Councillors vote on the harbour bridge in the chamber on Tuesday evening, seen from the public gallery"}`...)
 	}
 	b = append(b, `],"authors":["Ada Reporter","Ben Editor","Cleo Photographer"],"labels":["politics","local","transport","harbour","council","budget","infrastructure"]}}`...)
+	return b
+}
+
+// envelope appends a message's envelope, up to its payload.
+func envelope(b []byte, id, messageType, systemID string, now time.Time) []byte {
+	b = append(b, `{"som_version":"1.0","message_id":"`...)
+	b = append(b, id...)
+	b = append(b, `","message_type":"`...)
+	b = append(b, messageType...)
+	b = append(b, `","system_id":"`...)
+	b = append(b, systemID...)
+	b = append(b, `","timestamp":"`...)
+	b = now.UTC().AppendFormat(b, time.RFC3339Nano)
+	return append(b, `",`...)
+}
+
+// event returns a story.event of about 450 bytes about a story whose last
+// snapshot had sequence number seq: published after its second snapshot,
+// updated after the others.
+func event(id, systemID, storyID string, seq int64, now time.Time) []byte {
+	name := "updated"
+	if seq == 2 {
+		name = "published"
+	}
+	b := make([]byte, 0, 512)
+	b = envelope(b, id, som.TypeStoryEvent, systemID, now)
+	b = append(b, `"payload":{"story_id":"`...)
+	b = append(b, storyID...)
+	b = append(b, `","event":"`...)
+	b = append(b, name...)
+	b = append(b, `","occurred_at":"`...)
+	b = now.UTC().AppendFormat(b, time.RFC3339)
+	b = append(b, `","details":{"revision":`...)
+	b = strconv.AppendInt(b, seq, 10)
+	b = append(b, `,"desk":"local","channel":"web","editor":"Ben Editor","note":"Headline and first paragraph revised after the council's statement"}}}`...)
 	return b
 }
 

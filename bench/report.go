@@ -3,6 +3,7 @@ package bench
 import (
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"runtime"
 	"slices"
@@ -11,14 +12,21 @@ import (
 	"text/tabwriter"
 )
 
-// Report is the result of a run. Its headline (the embedded Round) is the
-// median round.
+// Report is the result of a run: one Level per level of concurrency.
 type Report struct {
 	Machine  Machine  `json:"machine"`
 	Settings Settings `json:"settings"`
+	Levels   []Level  `json:"levels"`
+}
+
+// Level is every round at one level of concurrency. Its headline (the
+// embedded Round) is the median round.
+type Level struct {
+	// Producers is how many producers wrote concurrently.
+	Producers int `json:"producers"`
 	// MedianRound is the round, from 1, whose bus ÷ relay two-write
 	// throughput is the median (the lower one for an even number of
-	// rounds).
+	// rounds); against a running bus, whose bus throughput is.
 	MedianRound int `json:"median_round"`
 	Round
 	// Rounds holds every round.
@@ -27,17 +35,18 @@ type Report struct {
 
 // Round is one run of every phase, and the bus's ratios to each baseline.
 type Round struct {
-	Round         int   `json:"round"`
-	Bus           Phase `json:"bus"`
-	Relay         Phase `json:"relay"`
-	RelayTwoWrite Phase `json:"relay_two_write"`
-	Raw           Phase `json:"raw_single"`
-	ThreeWrite    Phase `json:"three_write"`
+	Round int   `json:"round"`
+	Bus   Phase `json:"bus,omitzero"`
+	// The baselines; a phase that did not run is left out of the JSON.
+	Relay         Phase `json:"relay,omitzero"`
+	RelayTwoWrite Phase `json:"relay_two_write,omitzero"`
+	Raw           Phase `json:"raw_single,omitzero"`
+	ThreeWrite    Phase `json:"three_write,omitzero"`
 	// BusOverRelay and the others compare the bus with each baseline.
-	BusOverRelay         Ratio `json:"bus_over_relay"`
-	BusOverRelayTwoWrite Ratio `json:"bus_over_relay_two_write"`
-	BusOverRaw           Ratio `json:"bus_over_raw_single"`
-	BusOverThreeWrite    Ratio `json:"bus_over_three_write"`
+	BusOverRelay         Ratio `json:"bus_over_relay,omitzero"`
+	BusOverRelayTwoWrite Ratio `json:"bus_over_relay_two_write,omitzero"`
+	BusOverRaw           Ratio `json:"bus_over_raw_single,omitzero"`
+	BusOverThreeWrite    Ratio `json:"bus_over_three_write,omitzero"`
 }
 
 // Ratio compares the bus with a baseline: the bus's number divided by the
@@ -117,9 +126,12 @@ type Phase struct {
 	Statuses map[int]int64 `json:"http_statuses,omitempty"`
 	// AcceptedTotal counts every accepted message, warm-up included;
 	// StreamMessages is what the phase's stream held at its end. They are
-	// equal unless a message was lost or published twice.
+	// equal unless a message was lost or published twice. A running bus's
+	// stream is not counted.
 	AcceptedTotal  int64  `json:"accepted_total"`
-	StreamMessages uint64 `json:"stream_messages"`
+	StreamMessages uint64 `json:"stream_messages,omitempty"`
+	// streamCounted is set when StreamMessages was counted.
+	streamCounted bool
 	// PayloadBytes is the mean size of a message body.
 	PayloadBytes int64 `json:"payload_bytes"`
 	// BusInsideMs is the bus's own view of the phase, warm-up included:
@@ -130,16 +142,17 @@ type Phase struct {
 }
 
 // problems lists what makes the phase a failed measurement.
-func (ph Phase) problems(round int) []error {
+func (ph Phase) problems(producers, round int) []error {
 	var errs []error
+	at := fmt.Sprintf("%d producers, round %d, %s", producers, round, ph.Name)
 	if ph.Errors > 0 {
-		errs = append(errs, fmt.Errorf("round %d, %s: %d messages not accepted, e.g. %s", round, ph.Name, ph.Errors, strings.Join(ph.ErrorSamples, "; ")))
+		errs = append(errs, fmt.Errorf("%s: %d messages not accepted, e.g. %s", at, ph.Errors, strings.Join(ph.ErrorSamples, "; ")))
 	}
 	if ph.AcceptedTotal == 0 {
-		errs = append(errs, fmt.Errorf("round %d, %s: no message was accepted", round, ph.Name))
+		errs = append(errs, fmt.Errorf("%s: no message was accepted", at))
 	}
-	if uint64(ph.AcceptedTotal) != ph.StreamMessages {
-		errs = append(errs, fmt.Errorf("round %d, %s: %d messages accepted but the stream holds %d", round, ph.Name, ph.AcceptedTotal, ph.StreamMessages))
+	if ph.streamCounted && uint64(ph.AcceptedTotal) != ph.StreamMessages {
+		errs = append(errs, fmt.Errorf("%s: %d messages accepted but the stream holds %d", at, ph.AcceptedTotal, ph.StreamMessages))
 	}
 	return errs
 }
@@ -183,9 +196,11 @@ func loadAverage() string {
 
 // Settings are the options a run used, as the command line spells them.
 type Settings struct {
-	Sync         string `json:"sync"`
+	// URL is the running bus's workspace URL; empty for the embedded one.
+	URL          string `json:"url,omitempty"`
+	Sync         string `json:"sync,omitempty"`
 	SyncInterval string `json:"sync_interval,omitempty"`
-	Producers    int    `json:"producers"`
+	Producers    []int  `json:"producers"`
 	Stories      int    `json:"stories"`
 	Duration     string `json:"duration,omitempty"`
 	Warmup       string `json:"warmup"`
@@ -198,7 +213,7 @@ type Settings struct {
 func settingsOf(o Options) Settings {
 	s := Settings{
 		Sync:      o.Sync,
-		Producers: o.Producers,
+		Producers: slices.Clone(o.Producers),
 		Stories:   o.Stories,
 		Warmup:    o.Warmup.String(),
 		Messages:  o.Messages,
@@ -210,6 +225,9 @@ func settingsOf(o Options) Settings {
 	if o.SyncInterval > 0 {
 		s.SyncInterval = o.SyncInterval.String()
 	}
+	if o.Remote != nil {
+		s.URL, s.Sync, s.SyncInterval, s.Phases = o.Remote.URL, "", "", nil
+	}
 	if o.Messages == 0 {
 		s.Duration = o.Duration.String()
 	}
@@ -218,11 +236,20 @@ func settingsOf(o Options) Settings {
 
 // Flags returns the settings as `storybus bench` flags.
 func (s Settings) Flags() string {
-	f := []string{"--sync " + s.Sync}
+	var f []string
+	if s.URL != "" {
+		f = append(f, "--url "+s.URL)
+	} else {
+		f = append(f, "--sync "+s.Sync)
+	}
 	if s.SyncInterval != "" {
 		f = append(f, "--sync-interval "+s.SyncInterval)
 	}
-	f = append(f, "--producers "+strconv.Itoa(s.Producers), "--stories "+strconv.Itoa(s.Stories))
+	levels := make([]string, len(s.Producers))
+	for i, n := range s.Producers {
+		levels[i] = strconv.Itoa(n)
+	}
+	f = append(f, "--producers "+strings.Join(levels, ","), "--stories "+strconv.Itoa(s.Stories))
 	if s.Messages > 0 {
 		f = append(f, "--messages "+strconv.Itoa(s.Messages))
 	} else {
@@ -239,8 +266,8 @@ func (s Settings) Flags() string {
 	return strings.Join(f, " ")
 }
 
-// summarise makes the median round the report's headline.
-func (r *Report) summarise() {
+// summarise makes the median round the level's headline.
+func (r *Level) summarise() {
 	if len(r.Rounds) == 0 {
 		return
 	}
@@ -249,7 +276,7 @@ func (r *Report) summarise() {
 		order[i] = i
 	}
 	slices.SortStableFunc(order, func(a, b int) int {
-		x, y := r.Rounds[a].BusOverRelayTwoWrite.Throughput, r.Rounds[b].BusOverRelayTwoWrite.Throughput
+		x, y := r.Rounds[a].medianKey(), r.Rounds[b].medianKey()
 		switch {
 		case x < y:
 			return -1
@@ -262,6 +289,15 @@ func (r *Report) summarise() {
 	r.MedianRound = r.Round.Round
 }
 
+// medianKey is what the median round is chosen by: bus ÷ relay two-write
+// throughput, or the bus's throughput where there is no relay.
+func (r *Round) medianKey() float64 {
+	if r.RelayTwoWrite.Name == "" {
+		return r.Bus.PerSecond
+	}
+	return r.BusOverRelayTwoWrite.Throughput
+}
+
 // phaseLabels are the table's names of the phases.
 var phaseLabels = map[PhaseName]string{
 	PhaseBus:           "bus (HTTP API)",
@@ -271,7 +307,8 @@ var phaseLabels = map[PhaseName]string{
 	PhaseThreeWrite:    "three-write",
 }
 
-// WriteTable writes the report as a table for people.
+// WriteTable writes the report as a table for people: each level's
+// phases, ratios and rounds, then a line per level when there are several.
 func (r *Report) WriteTable(w io.Writer) error {
 	m := r.Machine
 	var b strings.Builder
@@ -281,57 +318,116 @@ func (r *Report) WriteTable(w io.Writer) error {
 		fmt.Fprintf(&b, ", load average %s at start, %s at end", m.LoadStart, m.LoadEnd)
 	}
 	fmt.Fprintf(&b, "\nflags:   %s\n", r.Settings.Flags())
-	fmt.Fprintf(&b, "store:   embedded JetStream, file storage, one in-process connection; messages of %d bytes\n", r.Bus.PayloadBytes)
-	if len(r.Rounds) > 1 {
-		fmt.Fprintf(&b, "rounds:  %d, the table shows round %d (median bus ÷ relay two-write)\n", len(r.Rounds), r.MedianRound)
+	var payload int64
+	if len(r.Levels) > 0 {
+		payload = r.Levels[0].Bus.PayloadBytes
+	}
+	if r.Settings.URL != "" {
+		fmt.Fprintf(&b, "target:  the running bus at %s, the bus phase alone; one message in %d a story.event, the others story.context snapshots (mean %d bytes)\n",
+			r.Settings.URL, eventEvery, payload)
+	} else {
+		fmt.Fprintf(&b, "store:   embedded JetStream, file storage, one in-process connection; messages of %d bytes\n", payload)
+	}
+	for _, l := range r.Levels {
+		if len(r.Levels) > 1 {
+			fmt.Fprintf(&b, "\n== %d producers ==\n", l.Producers)
+		}
+		l.write(&b)
+	}
+	if len(r.Levels) > 1 {
+		r.writeScaling(&b)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// write writes one level's tables.
+func (l *Level) write(b *strings.Builder) {
+	if len(l.Rounds) > 1 {
+		by := "median bus ÷ relay two-write"
+		if l.RelayTwoWrite.Name == "" {
+			by = "median bus msgs/s"
+		}
+		fmt.Fprintf(b, "rounds:  %d, the table shows round %d (%s)\n", len(l.Rounds), l.MedianRound, by)
 	}
 	b.WriteString("\n")
-	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "phase\tdurable writes/msg\tmsgs/s\tp50 ms\tp99 ms\taccepted\terrors")
-	for _, ph := range r.phases() {
+	for _, ph := range l.phases() {
 		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.2f\t%.2f\t%d\t%d\n",
 			phaseLabels[ph.Name], ph.Writes, ph.PerSecond, ph.P50Ms, ph.P99Ms, ph.Accepted, ph.Errors)
 	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	b.WriteString("\n")
-	tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "bus ÷\tmsgs/s\tp50\tp99")
-	for _, c := range []struct {
-		name string
-		r    Ratio
-	}{{"relay", r.BusOverRelay}, {"relay two-write", r.BusOverRelayTwoWrite}, {"raw single", r.BusOverRaw}, {"three-write", r.BusOverThreeWrite}} {
-		if c.r.Throughput == 0 {
-			continue
+	_ = tw.Flush()
+	if len(l.Bus.Statuses) > 0 {
+		codes := slices.Sorted(maps.Keys(l.Bus.Statuses))
+		answers := make([]string, len(codes))
+		for i, c := range codes {
+			answers[i] = fmt.Sprintf("%d ×%d", c, l.Bus.Statuses[c])
 		}
-		fmt.Fprintf(tw, "%s\t%.2f×\t%.2f×\t%.2f×\n", c.name, c.r.Throughput, c.r.P50, c.r.P99)
+		fmt.Fprintf(b, "\nbus answers (warm-up included): %s\n", strings.Join(answers, ", "))
 	}
-	if err := tw.Flush(); err != nil {
-		return err
+	if l.Bus.Name != "" && len(l.phases()) > 1 {
+		b.WriteString("\n")
+		tw = tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "bus ÷\tmsgs/s\tp50\tp99")
+		for _, c := range []struct {
+			name string
+			r    Ratio
+		}{{"relay", l.BusOverRelay}, {"relay two-write", l.BusOverRelayTwoWrite}, {"raw single", l.BusOverRaw}, {"three-write", l.BusOverThreeWrite}} {
+			if c.r.Throughput != 0 {
+				fmt.Fprintf(tw, "%s\t%.2f×\t%.2f×\t%.2f×\n", c.name, c.r.Throughput, c.r.P50, c.r.P99)
+			}
+		}
+		_ = tw.Flush()
 	}
-	if in := r.Bus.BusInsideMs; len(in) > 0 {
-		fmt.Fprintf(&b, "\ninside the bus (its metrics, mean ms, warm-up included): handler %.2f; record_create %.2f, publish %.2f, record_mark %.2f (after the answer)\n",
+	if in := l.Bus.BusInsideMs; len(in) > 0 {
+		fmt.Fprintf(b, "\ninside the bus (its metrics, mean ms, warm-up included): handler %.2f; record_create %.2f, publish %.2f, record_mark %.2f (after the answer)\n",
 			in["handler"], in["record_create"], in["publish"], in["record_mark"])
 	}
-	if len(r.Rounds) > 1 {
+	if len(l.Rounds) > 1 {
 		b.WriteString("\n")
-		tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+		tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "round\tbus msgs/s\trelay\trelay two-write\traw\tthree-write\tbus ÷ relay\tbus ÷ relay two-write\tbus ÷ raw\tbus ÷ three-write")
-		for _, rd := range r.Rounds {
+		for _, rd := range l.Rounds {
 			fmt.Fprintf(tw, "%d\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.2f\t%.2f\t%.2f\t%.2f\n", rd.Round, rd.Bus.PerSecond, rd.Relay.PerSecond,
 				rd.RelayTwoWrite.PerSecond, rd.Raw.PerSecond, rd.ThreeWrite.PerSecond, rd.BusOverRelay.Throughput,
 				rd.BusOverRelayTwoWrite.Throughput, rd.BusOverRaw.Throughput, rd.BusOverThreeWrite.Throughput)
 		}
-		if err := tw.Flush(); err != nil {
-			return err
-		}
+		_ = tw.Flush()
 	}
-	for _, ph := range r.phases() {
+	for _, ph := range l.phases() {
 		for _, e := range ph.ErrorSamples {
-			fmt.Fprintf(&b, "error (%s): %s\n", ph.Name, e)
+			fmt.Fprintf(b, "error (%s): %s\n", ph.Name, e)
 		}
 	}
-	_, err := io.WriteString(w, b.String())
-	return err
+}
+
+// writeScaling writes a line per level: the scaling curve, with the
+// relays' where they ran.
+func (r *Report) writeScaling(b *strings.Builder) {
+	relays := slices.ContainsFunc(r.Levels, func(l Level) bool { return l.Relay.Name != "" || l.RelayTwoWrite.Name != "" })
+	b.WriteString("\nscaling (the median round of each level)\n\n")
+	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
+	head := "producers\tbus msgs/s\tp50 ms\tp99 ms\terrors"
+	if relays {
+		head += "\trelay msgs/s\trelay two-write msgs/s\tbus ÷ relay\tbus ÷ relay two-write"
+	}
+	fmt.Fprintln(tw, head)
+	for _, l := range r.Levels {
+		fmt.Fprintf(tw, "%d\t%.0f\t%.2f\t%.2f\t%d", l.Producers, l.Bus.PerSecond, l.Bus.P50Ms, l.Bus.P99Ms, l.Bus.Errors)
+		if relays {
+			fmt.Fprintf(tw, "\t%s\t%s\t%s\t%s", orDash("%.0f", l.Relay.PerSecond), orDash("%.0f", l.RelayTwoWrite.PerSecond),
+				orDash("%.2f", l.BusOverRelay.Throughput), orDash("%.2f", l.BusOverRelayTwoWrite.Throughput))
+		}
+		fmt.Fprintln(tw)
+	}
+	_ = tw.Flush()
+}
+
+// orDash formats v, or "-" for a phase that did not run.
+func orDash(format string, v float64) string {
+	if v == 0 {
+		return "-"
+	}
+	return fmt.Sprintf(format, v)
 }

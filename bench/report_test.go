@@ -67,43 +67,62 @@ func TestRatioOverNothingIsZero(t *testing.T) {
 	}
 }
 
-// TestMedianRoundIsByRelayTwoWrite: the headline is the round whose bus ÷
-// relay two-write throughput is the median, the lower one of an even
-// number.
+// TestMedianRoundIsByRelayTwoWrite: a level's headline is the round whose
+// bus ÷ relay two-write throughput is the median, the lower one of an even
+// number; without the relay, the round whose bus throughput is.
 func TestMedianRoundIsByRelayTwoWrite(t *testing.T) {
 	for _, c := range []struct {
 		name  string
 		bus   []float64
+		alone bool
 		round int
 	}{
-		{"one", []float64{700}, 1},
-		{"odd", []float64{1100, 700, 900}, 3},
-		{"even", []float64{1100, 700, 900, 1000}, 3},
+		{"one", []float64{700}, false, 1},
+		{"odd", []float64{1100, 700, 900}, false, 3},
+		{"even", []float64{1100, 700, 900, 1000}, false, 3},
+		{"bus alone", []float64{1100, 700, 900}, true, 3},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			rep := &Report{}
+			l := &Level{}
 			for i, b := range c.bus {
-				rep.Rounds = append(rep.Rounds, round(i+1, b))
+				r := round(i+1, b)
+				if c.alone {
+					r = Round{Round: i + 1, Bus: r.Bus}
+				}
+				l.Rounds = append(l.Rounds, r)
 			}
-			rep.summarise()
-			if rep.MedianRound != c.round || rep.Round.Round != c.round || rep.Bus.PerSecond != c.bus[c.round-1] {
-				t.Errorf("median round %d (bus %.0f msgs/s); want round %d", rep.MedianRound, rep.Bus.PerSecond, c.round)
+			l.summarise()
+			if l.MedianRound != c.round || l.Round.Round != c.round || l.Bus.PerSecond != c.bus[c.round-1] {
+				t.Errorf("median round %d (bus %.0f msgs/s); want round %d", l.MedianRound, l.Bus.PerSecond, c.round)
 			}
 		})
 	}
 }
 
-// TestTableAndJSONShowEveryRatio checks what a person and a script read.
+// level returns a summarised level of two rounds, the bus's throughput
+// scaled by k.
+func level(producers int, k float64) Level {
+	l := Level{Producers: producers, Rounds: []Round{round(1, 900*k), round(2, 1200*k)}}
+	l.summarise()
+	return l
+}
+
+// TestTableAndJSONShowEveryRatio checks what a person and a script read of
+// a sweep of the embedded bus: every level's phases and ratios, and a line
+// per level.
 func TestTableAndJSONShowEveryRatio(t *testing.T) {
-	rep := &Report{Settings: settingsOf(DefaultOptions())}
-	rep.Rounds = []Round{round(1, 900), round(2, 1200)}
-	rep.summarise()
+	o := DefaultOptions()
+	o.Producers = []int{4, 16}
+	rep := &Report{Settings: settingsOf(o), Levels: []Level{level(4, 1), level(16, 2)}}
 	var table bytes.Buffer
 	if err := rep.WriteTable(&table); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(table.String(), "rounds:  2, the table shows round 1 (median bus ÷ relay two-write)") {
-		t.Errorf("table does not name the median round:\n%s", table.String())
+	for _, want := range []string{"--producers 4,16", "== 4 producers ==", "== 16 producers ==",
+		"rounds:  2, the table shows round 1 (median bus ÷ relay two-write)", "scaling (the median round of each level)"} {
+		if !strings.Contains(table.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, table.String())
+		}
 	}
 	for _, c := range []struct{ prefix, want string }{
 		{"relay (HTTP, 1 write)", "1 2000 3.00 8.00 100 0"},
@@ -111,6 +130,10 @@ func TestTableAndJSONShowEveryRatio(t *testing.T) {
 		{"relay  ", "0.45× 2.00× 1.50×"},
 		{"relay two-write  ", "0.90× 1.20× 1.20×"},
 		{"2 ", "1200 2000 1000 4000 800 0.60 1.20 0.30 1.50"},
+		// The scaling lines: producers, bus msgs/s, p50, p99, errors, relay,
+		// relay two-write, bus ÷ relay, bus ÷ relay two-write.
+		{"4 ", "900 6.00 12.00 0 2000 1000 0.45 0.90"},
+		{"16 ", "1800 6.00 12.00 0 2000 1000 0.90 1.80"},
 	} {
 		if got := row(table.String(), c.prefix); got != c.want {
 			t.Errorf("table row %q = %q; want %q\n%s", c.prefix, got, c.want, table.String())
@@ -121,20 +144,70 @@ func TestTableAndJSONShowEveryRatio(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got struct {
-		MedianRound          int   `json:"median_round"`
-		Relay                Phase `json:"relay"`
-		BusOverRelay         Ratio `json:"bus_over_relay"`
-		BusOverRelayTwoWrite Ratio `json:"bus_over_relay_two_write"`
-		Rounds               []struct {
+		Settings struct {
+			Producers []int `json:"producers"`
+		} `json:"settings"`
+		Levels []struct {
+			Producers            int   `json:"producers"`
+			MedianRound          int   `json:"median_round"`
+			Bus                  Phase `json:"bus"`
+			Relay                Phase `json:"relay"`
+			BusOverRelay         Ratio `json:"bus_over_relay"`
 			BusOverRelayTwoWrite Ratio `json:"bus_over_relay_two_write"`
-		} `json:"rounds"`
+			Rounds               []struct {
+				BusOverRelayTwoWrite Ratio `json:"bus_over_relay_two_write"`
+			} `json:"rounds"`
+		} `json:"levels"`
 	}
 	if err := json.Unmarshal(b, &got); err != nil {
 		t.Fatal(err)
 	}
-	if got.MedianRound != 1 || got.Relay.PerSecond != 2000 || !near(got.BusOverRelay.Throughput, 0.45) ||
-		!near(got.BusOverRelayTwoWrite.P99, 1.2) || len(got.Rounds) != 2 || !near(got.Rounds[1].BusOverRelayTwoWrite.Throughput, 1.2) {
-		t.Errorf("JSON: %s", b)
+	if len(got.Settings.Producers) != 2 || len(got.Levels) != 2 {
+		t.Fatalf("JSON: %s", b)
+	}
+	l := got.Levels[1]
+	if l.Producers != 16 || l.MedianRound != 1 || l.Bus.PerSecond != 1800 || l.Relay.PerSecond != 2000 || !near(l.BusOverRelay.Throughput, 0.9) ||
+		!near(l.BusOverRelayTwoWrite.P99, 1.2) || len(l.Rounds) != 2 || !near(l.Rounds[1].BusOverRelayTwoWrite.Throughput, 2.4) {
+		t.Errorf("JSON level 16: %+v\n%s", l, b)
+	}
+}
+
+// TestTableOfARunningBus: against a running bus the table names it, shows
+// the bus's answers by status and no baseline.
+func TestTableOfARunningBus(t *testing.T) {
+	o := DefaultOptions()
+	o.Producers = []int{1, 4}
+	o.Remote = &Remote{URL: "https://bus.example/v1/tenants/newsroom"}
+	bus := phase(PhaseBus, 300, 3, 9)
+	bus.Writes = ""
+	bus.Statuses = map[int]int64{202: 95, 429: 5}
+	bus.Errors = 5
+	var levels []Level
+	for _, n := range o.Producers {
+		l := Level{Producers: n, Rounds: []Round{{Round: 1, Bus: bus}}}
+		l.Rounds[0].ratios()
+		l.summarise()
+		levels = append(levels, l)
+	}
+	rep := &Report{Settings: settingsOf(o), Levels: levels}
+	var table bytes.Buffer
+	if err := rep.WriteTable(&table); err != nil {
+		t.Fatal(err)
+	}
+	out := table.String()
+	for _, want := range []string{"flags:   --url https://bus.example/v1/tenants/newsroom --producers 1,4 ",
+		"target:  the running bus at https://bus.example/v1/tenants/newsroom", "bus answers (warm-up included): 202 ×95, 429 ×5"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+	for _, unwanted := range []string{"--sync", "relay", "raw single", "bus ÷", " - "} {
+		if strings.Contains(out, unwanted) {
+			t.Errorf("table of a running bus shows %q:\n%s", unwanted, out)
+		}
+	}
+	if got := row(out, "4 "); got != "300 3.00 9.00 5" {
+		t.Errorf("scaling line of 4 producers = %q\n%s", got, out)
 	}
 }
 

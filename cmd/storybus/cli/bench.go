@@ -6,31 +6,48 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/storybus/storybus/bench"
+	"github.com/storybus/storybus/client"
 )
+
+// benchFlags are the flags of `storybus bench` beyond bench.Options.
+type benchFlags struct {
+	jsonPath string
+	phases   []string
+	// The running bus of --url, and how to reach and authenticate to it.
+	url, clientID, clientSecret, token, systemID string
+	tls                                          client.TLSFiles
+}
+
+// embeddedOnly are the flags that mean nothing against a running bus.
+var embeddedOnly = []string{"sync", "sync-interval", "data-dir", "phases"}
 
 func newBenchCommand() *cobra.Command {
 	o := bench.DefaultOptions()
-	var jsonPath string
-	var phases []string
+	bf := &benchFlags{}
 	cmd := &cobra.Command{
 		Use:   "bench",
-		Short: "Measure publish throughput and latency: the bus against HTTP relays and raw JetStream, in one run",
+		Short: "Measure publish throughput and latency: the bus against HTTP relays and raw JetStream, or a running bus",
 		Long: "bench starts an embedded JetStream in a fresh temporary directory, the bus and a bare relay on\n" +
 			"loopback ports with the same HTTP stack, then runs five phases in turn on the same store and\n" +
 			"connection, each on fresh streams: the bus's HTTP publish API; the relay, which decodes\n" +
 			"message_id and story_id and does one JetStream publish; the relay with a record create before\n" +
 			"the publish (two-write); one raw JetStream publish per message; and the naive three writes\n" +
 			"(record create, publish, record update). It prints messages/s, p50 and p99 latency, errors and\n" +
-			"the bus's ratio to each, and fails if any message was not accepted.",
+			"the bus's ratio to each, and fails if any message was not accepted.\n\n" +
+			"With --url https://…/v1/tenants/<workspace> it drives that running bus instead, with unique, valid\n" +
+			"snapshots and events on stories new to it, authenticated with --client-id and --client-secret\n" +
+			"(or " + EnvClientSecret + "), a client certificate, or --token, and prints the same table without\n" +
+			"baselines. --producers 1,4,16,64 measures each level of concurrency in turn and adds a line per level.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			o.Phases = nil
-			for _, p := range phases {
-				o.Phases = append(o.Phases, bench.PhaseName(p))
+			if err := bf.apply(cmd, &o); err != nil {
+				return usageError{err}
 			}
 			if err := o.Validate(); err != nil {
 				return usageError{err}
@@ -44,12 +61,12 @@ func newBenchCommand() *cobra.Command {
 			if err := rep.WriteTable(cmd.OutOrStdout()); err != nil {
 				return err
 			}
-			if jsonPath != "" {
+			if bf.jsonPath != "" {
 				b, err := json.MarshalIndent(rep, "", "  ")
 				if err != nil {
 					return err
 				}
-				if err := os.WriteFile(jsonPath, append(b, '\n'), 0o644); err != nil {
+				if err := os.WriteFile(bf.jsonPath, append(b, '\n'), 0o644); err != nil {
 					return fmt.Errorf("--json: %w", err)
 				}
 			}
@@ -62,14 +79,81 @@ func newBenchCommand() *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&o.Sync, "sync", o.Sync, "embedded JetStream fsync: always (every write) or interval, as in serve")
 	f.DurationVar(&o.SyncInterval, "sync-interval", 0, "fsync period with --sync=interval (nats-server's default is 2m)")
-	f.IntVar(&o.Producers, "producers", o.Producers, "concurrent producers in every phase")
+	f.IntSliceVar(&o.Producers, "producers", o.Producers, "concurrent producers in every phase; several levels, comma-separated (1,4,16,64), are measured in turn")
 	f.IntVar(&o.Stories, "stories", o.Stories, "stories shared out among the producers, each owned by one")
 	f.DurationVar(&o.Duration, "duration", o.Duration, "how long each phase is measured, after the warm-up")
 	f.DurationVar(&o.Warmup, "warmup", o.Warmup, "how long each phase runs before it is measured")
 	f.IntVar(&o.Messages, "messages", 0, "measure this many messages per phase instead of --duration")
 	f.IntVar(&o.Rounds, "rounds", o.Rounds, "rounds of every phase; the median round (by bus ÷ relay two-write) is reported")
-	f.StringSliceVar(&phases, "phases", nil, "run only these phases, comma-separated (default all: bus,relay,relay-two-write,raw-single,three-write)")
+	f.StringSliceVar(&bf.phases, "phases", nil, "run only these phases, comma-separated (default all: bus,relay,relay-two-write,raw-single,three-write)")
 	f.StringVar(&o.DataDir, "data-dir", "", "directory for the store's temporary files (default the system's temporary directory)")
-	f.StringVar(&jsonPath, "json", "", "also write the report as JSON to this file")
+	f.StringVar(&bf.jsonPath, "json", "", "also write the report as JSON to this file")
+	f.StringVar(&bf.url, "url", "", "drive the running bus at this workspace URL, https://host/v1/tenants/<workspace>, instead of an embedded one")
+	f.StringVar(&bf.clientID, "client-id", os.Getenv(EnvClientID), "with --url: the connection's client id (env "+EnvClientID+")")
+	f.StringVar(&bf.clientSecret, "client-secret", "", "with --url: the connection's client secret (default env "+EnvClientSecret+", which is safer)")
+	f.StringVar(&bf.token, "token", "", "with --url: a bearer token to send instead of getting tokens with the client credentials")
+	f.StringVar(&bf.systemID, "system-id", "", "with --url: the messages' system_id, one the connection may publish as (default the client id)")
+	f.StringVar(&bf.tls.CAFile, "ca-file", os.Getenv(EnvCAFile), "with --url: PEM CA certificates the bus's certificate is checked against instead of the system's (env "+EnvCAFile+")")
+	f.StringVar(&bf.tls.CertFile, "cert-file", "", "with --url: PEM client certificate, for a bus that takes mutual TLS")
+	f.StringVar(&bf.tls.KeyFile, "key-file", "", "with --url: PEM private key of --cert-file")
 	return cmd
+}
+
+// apply puts the flags that are not bench.Options fields into o: the
+// phases, and with --url the running bus.
+func (bf *benchFlags) apply(cmd *cobra.Command, o *bench.Options) error {
+	o.Phases = nil
+	for _, p := range bf.phases {
+		o.Phases = append(o.Phases, bench.PhaseName(p))
+	}
+	if bf.url == "" {
+		for _, name := range []string{"client-id", "client-secret", "token", "system-id", "cert-file", "key-file"} {
+			if cmd.Flags().Changed(name) {
+				return fmt.Errorf("--%s needs --url", name)
+			}
+		}
+		return nil
+	}
+	var errs []error
+	for _, name := range embeddedOnly {
+		if cmd.Flags().Changed(name) {
+			errs = append(errs, fmt.Errorf("--%s applies to the embedded bus, not to --url", name))
+		}
+	}
+	base, ws, err := bench.SplitWorkspaceURL(bf.url)
+	if err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	if bf.clientSecret == "" && bf.token == "" {
+		bf.clientSecret = os.Getenv(EnvClientSecret)
+	}
+	hc, err := client.NewHTTPClient(bf.tls, 30*time.Second)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	r := &bench.Remote{URL: strings.TrimSuffix(bf.url, "/"), HTTPClient: hc, SystemID: bf.systemID}
+	switch {
+	case bf.token != "" && bf.clientSecret != "":
+		errs = append(errs, errors.New("--token and a client secret: give one"))
+	case bf.token != "":
+		r.Tokens = client.StaticToken(bf.token)
+	case bf.clientID == "":
+		errs = append(errs, errors.New("--url needs --token, or --client-id with --client-secret, "+EnvClientSecret+" or --cert-file"))
+	case bf.clientSecret == "" && bf.tls.CertFile == "":
+		errs = append(errs, errors.New("--client-id needs --client-secret, "+EnvClientSecret+" or --cert-file"))
+	default:
+		tokenClient := *hc
+		r.Tokens = &client.ClientCredentials{URL: base, Workspace: ws, ClientID: bf.clientID, ClientSecret: bf.clientSecret, HTTPClient: &tokenClient}
+	}
+	if r.SystemID == "" {
+		r.SystemID = bf.clientID
+	}
+	if r.SystemID == "" && bf.token != "" {
+		errs = append(errs, errors.New("--token needs --system-id, the system_id the token's connection may publish as"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	o.Remote = r
+	return nil
 }
