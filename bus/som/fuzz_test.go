@@ -59,6 +59,9 @@ func FuzzParseValidate(f *testing.F) {
 		if h != jcsHash(t, body) {
 			t.Fatalf("ContentHash differs from SHA-256 of the jcs form of %q", body)
 		}
+		if _, err := som.QuickAgrees(m); err != nil {
+			t.Fatalf("%v: %q", err, body)
+		}
 		refusals, warnings := som.Validate(m)
 		for _, v := range slices.Concat(refusals, warnings) {
 			r, ok := rules.Lookup(v.Rule)

@@ -42,7 +42,7 @@ func (e *ParseError) Error() string {
 // fields of the Message are filled best-effort (see Message). Parse keeps
 // body as Message.Raw without copying it.
 func Parse(body []byte) (*Message, error) {
-	p := parser{data: body}
+	p := parser{data: body, path: make([]frame, 0, 8)}
 	p.skipSpace()
 	if p.pos == len(p.data) {
 		return nil, &ParseError{Msg: "the body is empty: send one JSON object"}
@@ -188,6 +188,9 @@ func (p *parser) value() (any, error) {
 	case '[':
 		return p.array()
 	case '"':
+		if v, ok := p.known(); ok {
+			return v, nil
+		}
 		return p.string()
 	case 't':
 		return true, p.literal("true")
@@ -286,13 +289,13 @@ func (p *parser) array() ([]any, error) {
 	if err := p.enter(); err != nil {
 		return nil, err
 	}
-	arr := []any{}
 	top := len(p.path) - 1
 	p.skipSpace()
 	if p.pos < len(p.data) && p.data[p.pos] == ']' {
 		p.leave()
-		return arr, nil
+		return []any{}, nil
 	}
+	arr := make([]any, 0, 4) // most arrays in a message are short lists
 	for {
 		p.path[top] = frame{index: len(arr), at: 2}
 		v, err := p.value()
@@ -330,6 +333,40 @@ var names = func() map[string]string {
 	}
 	return m
 }()
+
+// knownValues are the string values SOM 1.0 defines (the const and enum
+// values of its schemas), each already held in an interface: Parse shares
+// them instead of allocating the string and its interface every time.
+var knownValues = func() map[string]any {
+	m := map[string]any{}
+	for _, v := range []string{
+		"1.0", TypeStoryContext, TypeStoryEvent, TypeAssetReference,
+		"draft", "ready", "published", "updated", "unpublished", "killed",
+		"image", "video", "audio", "graphic", "document",
+		"corrected", "embargo_lifted",
+	} {
+		m[v] = v
+	}
+	return m
+}()
+
+// known returns a known value when the string at pos, its opening quote,
+// is one, with pos moved past it.
+func (p *parser) known() (any, bool) {
+	start := p.pos + 1
+	for i := start; i < len(p.data) && i-start <= 16; i++ {
+		if c := p.data[i]; c == '"' {
+			v, ok := knownValues[string(p.data[start:i])]
+			if ok {
+				p.pos = i + 1
+			}
+			return v, ok
+		} else if c == '\\' {
+			return nil, false
+		}
+	}
+	return nil, false
+}
 
 // name reads a member name; pos is at its opening quote.
 func (p *parser) name() (string, error) {

@@ -45,14 +45,13 @@ func Validate(m *Message) (refusals, warnings []rules.Violation) {
 	if m != nil {
 		doc = m.Doc
 	}
-	schemas := compiled()
-	refusals = schemaViolations(refusals, SchemaEnvelope, "", schemas[SchemaEnvelope].Validate(doc))
+	refusals = schemaViolations(refusals, SchemaEnvelope, "", validateSchema(SchemaEnvelope, doc))
 
 	msgType, _ := doc["message_type"].(string)
 	family, known := FamilyOf(msgType)
 	payload, isObject := doc["payload"].(map[string]any)
 	if known && isObject {
-		refusals = schemaViolations(refusals, family, payloadPath, schemas[family].Validate(payload))
+		refusals = schemaViolations(refusals, family, payloadPath, validateSchema(family, payload))
 		c := conformance{doc: doc, payload: payload, schema: refusals}
 		c.check(family)
 		refusals = append(refusals, c.refusals...)

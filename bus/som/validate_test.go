@@ -233,7 +233,11 @@ func TestValidate(t *testing.T) {
 			if tc.mutate != nil {
 				tc.mutate(doc, payload(doc))
 			}
-			refusals, warnings := som.Validate(parse(t, encode(t, doc)))
+			m := parse(t, encode(t, doc))
+			if _, err := som.QuickAgrees(m); err != nil {
+				t.Fatal(err)
+			}
+			refusals, warnings := som.Validate(m)
 			if g := got(refusals); !slices.Equal(g, tc.refusals) {
 				t.Errorf("refusals %v, want %v\n%+v", g, tc.refusals, refusals)
 			}
@@ -419,6 +423,26 @@ func TestValidateNilAndEmpty(t *testing.T) {
 		refusals, warnings := som.Validate(m)
 		if len(refusals) != 6 || len(warnings) != 0 {
 			t.Errorf("Validate(%+v) = %+v, %+v; want the 6 required envelope members", m, refusals, warnings)
+		}
+	}
+}
+
+// TestQuickCheckConfirmsValidMessages: valid messages of every family, the
+// typical snapshot among them, are confirmed by the quick schema check, so
+// the full validator runs only for messages with something to report.
+func TestQuickCheckConfirmsValidMessages(t *testing.T) {
+	for name, body := range map[string][]byte{
+		"story.context":   encode(t, storyContext()),
+		"story.event":     encode(t, storyEvent()),
+		"asset.reference": encode(t, assetReference()),
+		"typical story":   typicalStory(),
+	} {
+		confirmed, err := som.QuickAgrees(parse(t, body))
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if !confirmed {
+			t.Errorf("%s: the quick check did not confirm a valid message", name)
 		}
 	}
 }
