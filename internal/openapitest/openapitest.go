@@ -165,7 +165,7 @@ func (c *Checker) Check(req *http.Request, status int, header http.Header, body 
 	case err != nil && !errors.Is(err, routers.ErrPathNotFound) && !errors.Is(err, routers.ErrMethodNotAllowed):
 		return err
 	case !onPort && c.port == PublishPort:
-		return missingAuthenticationToken(doc, status, body)
+		return missingAuthenticationToken(doc, status, header, body)
 	case !onPort && status != http.StatusNotFound:
 		return errors.New("the operations port answers a path it does not serve with 404")
 	case !onPort:
@@ -186,7 +186,10 @@ func (c *Checker) Check(req *http.Request, status int, header http.Header, body 
 
 // missingAuthenticationToken checks API Gateway's answer to a path or
 // method the publish port does not serve.
-func missingAuthenticationToken(doc *openapi3.T, status int, body []byte) error {
+func missingAuthenticationToken(doc *openapi3.T, status int, header http.Header, body []byte) error {
+	if header.Get("X-Request-Id") == "" {
+		return errors.New("every answer of the publish port carries X-Request-Id")
+	}
 	var v any
 	if err := json.Unmarshal(body, &v); err != nil {
 		return fmt.Errorf("an unknown route's answer is not JSON: %w", err)

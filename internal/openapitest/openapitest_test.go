@@ -15,7 +15,7 @@ func TestCheck(t *testing.T) {
 		schema    = `{"accepted":false,"violations":[{"source":"schema","rule":"envelope.required","message":"missing","path":"/payload"}]}`
 	)
 	jsonHeader := func(kv ...string) http.Header {
-		h := http.Header{"Content-Type": {"application/json"}}
+		h := http.Header{"Content-Type": {"application/json"}, "X-Request-Id": {"cms-7f3a-42"}}
 		for i := 0; i < len(kv); i += 2 {
 			h.Set(kv[i], kv[i+1])
 		}
@@ -45,6 +45,15 @@ func TestCheck(t *testing.T) {
 		{"a workspace rule", http.MethodPost, publish, PublishPort, 409, jsonHeader(),
 			`{"accepted":false,"violations":[{"source":"policy","rule":"tenant.embargo","message":"no"}]}`, true},
 		{"an unknown path", http.MethodGet, "/v1/nothing", PublishPort, 403, jsonHeader(), `{"message":"Missing Authentication Token"}`, true},
+		{"an unknown path without a request id", http.MethodGet, "/v1/nothing", PublishPort, 403, http.Header{"Content-Type": {"application/json"}}, `{"message":"Missing Authentication Token"}`, false},
+		{"an answer without a request id", http.MethodPost, publish, PublishPort, 202, http.Header{"Content-Type": {"application/json"}}, accepted, false},
+		{"a request id with a comma", http.MethodPost, publish, PublishPort, 202, jsonHeader("X-Request-Id", "a,b"), accepted, false},
+		{"503 without request_id", http.MethodPost, publish, PublishPort, 503, jsonHeader("Retry-After", "1"),
+			`{"accepted":false,"violations":[{"source":"policy","rule":"bus.unavailable","message":"internal error"}]}`, false},
+		{"503 with request_id", http.MethodPost, publish, PublishPort, 503, jsonHeader("Retry-After", "1"),
+			`{"accepted":false,"violations":[{"source":"policy","rule":"bus.unavailable","message":"internal error"}],"request_id":"cms-7f3a-42"}`, true},
+		{"400 with request_id", http.MethodPost, publish, PublishPort, 400, jsonHeader(),
+			`{"accepted":false,"violations":[{"source":"policy","rule":"message.not_json","message":"no"}],"request_id":"cms-7f3a-42"}`, false},
 		{"an unknown method", http.MethodGet, publish, PublishPort, 403, jsonHeader(), `{"message":"Missing Authentication Token"}`, true},
 		{"an unknown path answered 404", http.MethodGet, "/v1/nothing", PublishPort, 404, jsonHeader(), `{"message":"Not Found"}`, false},
 		{"an operations path on the publish port", http.MethodGet, "/healthz", PublishPort, 200, http.Header{"Content-Type": {"text/plain; charset=utf-8"}}, "ok\n", false},
