@@ -369,21 +369,14 @@ func (nopCloser) Close() error { return nil }
 // "Messages that exhaust their retries are kept, not dropped." Kept on
 // disk, unchanged, through a restart, and delivered by a later resend.
 func TestCheckpoint_ExhaustedRetriesAreKept(t *testing.T) {
-	var down atomic.Bool
-	down.Store(true)
-	st := newStub(t, func(_ int, id string, w http.ResponseWriter, _ *http.Request) {
-		if down.Load() {
-			refusal(w, http.StatusServiceUnavailable, "registry.unavailable", "unreachable", "")
-			return
-		}
-		accepted(w, id)
-	})
+	b := newTestBus(t)
 	dir := t.TempDir()
 	ob, err := client.OpenOutbox(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := newSetup(t, st.URL, nil, func(o *client.Options) { o.Outbox = ob })
+	s := newSetup(t, b.URL, nil, func(o *client.Options) { o.Outbox = ob })
+	s.rt.sandbox(func(int, string) string { return "registry.unavailable" })
 	m := snapshot(t, "", "story-kept", 1, "draft")
 	_, err = s.client.Publish(context.Background(), m)
 	e, ok := client.AsError(err)
@@ -416,15 +409,22 @@ func TestCheckpoint_ExhaustedRetriesAreKept(t *testing.T) {
 		t.Fatalf("kept entry %+v", kept)
 	}
 
-	down.Store(false)
-	s2 := newSetup(t, st.URL, nil, func(o *client.Options) { o.Outbox = reopened })
+	if n := b.deliveries(t, m.ID()); n != 0 {
+		t.Fatalf("published %d times while the store was unavailable", n)
+	}
+
+	// The store is back: the new process's resend is answered for real.
+	s2 := newSetup(t, b.URL, nil, func(o *client.Options) { o.Outbox = reopened })
 	results, err := s2.client.Resend(context.Background())
 	if err != nil || len(results) != 1 || results[0].Err != nil || results[0].Result.Status != http.StatusAccepted {
 		t.Fatalf("resend: %+v %v", results, err)
 	}
-	bodies := st.Bodies()
-	if !bytes.Equal(bodies[len(bodies)-1], m.Bytes()) {
+	bodies := s2.rt.Bodies()
+	if len(bodies) != 1 || !bytes.Equal(bodies[0], m.Bytes()) {
 		t.Fatal("the resend sent other bytes")
+	}
+	if n := b.deliveries(t, m.ID()); n != 1 {
+		t.Fatalf("published %d times", n)
 	}
 	if list, _ := reopened.List(); len(list) != 0 {
 		t.Fatalf("delivered message still kept: %+v", list)
@@ -504,16 +504,18 @@ func count(ids []string, id string) int {
 // A story with a message kept in the outbox holds its next messages behind
 // it, on disk and in order, and sends them all once the bus is back.
 func TestAKeptMessageHoldsItsStory(t *testing.T) {
+	b := newTestBus(t)
 	var down atomic.Bool
 	down.Store(true)
-	st := newStub(t, func(_ int, id string, w http.ResponseWriter, _ *http.Request) {
+	s := newSetup(t, b.URL, nil, func(o *client.Options) { o.Retry.Attempts = 3; o.Retry.Initial = 20 * time.Second })
+	var ids []string // every publish's message_id, in order
+	s.rt.sandbox(func(_ int, id string) string {
+		ids = append(ids, id)
 		if down.Load() {
-			refusal(w, http.StatusServiceUnavailable, "bus.publish_failed", "not published", "")
-			return
+			return "bus.publish_failed"
 		}
-		accepted(w, id)
+		return ""
 	})
-	s := newSetup(t, st.URL, nil, func(o *client.Options) { o.Retry.Attempts = 3; o.Retry.Initial = 20 * time.Second })
 	ctx := context.Background()
 	first := snapshot(t, "", "story-h", 1, "draft")
 	second := snapshot(t, "", "story-h", 2, "draft")
@@ -525,7 +527,7 @@ func TestAKeptMessageHoldsItsStory(t *testing.T) {
 	if !client.IsKept(err) || !errors.Is(err, client.ErrHeld) {
 		t.Fatalf("second: %v", err)
 	}
-	if count(st.IDs(), second.ID()) != 0 {
+	if count(ids, second.ID()) != 0 {
 		t.Fatal("the second message was sent ahead of the kept first")
 	}
 	// Another story is not held.
@@ -542,7 +544,7 @@ func TestAKeptMessageHoldsItsStory(t *testing.T) {
 		t.Fatalf("third: %+v %v", res, err)
 	}
 	var order []string
-	for _, id := range st.IDs() {
+	for _, id := range ids {
 		if (id == first.ID() || id == second.ID() || id == third.ID()) && (len(order) == 0 || order[len(order)-1] != id) {
 			order = append(order, id)
 		}

@@ -111,6 +111,8 @@ func busWorkspace() *config.Workspace {
 	w := &config.Workspace{
 		ID:         workspaceID,
 		SigningKey: "newsroom-signing-key-0123456789abcdef0123",
+		// A sandbox: tests provoke its 429 and 503 answers (counting.sandbox).
+		Sandbox: true,
 		Connections: []config.Connection{
 			{Name: "cms", SecretHash: config.HashSecret(cmsSecret), Grant: config.Grant{Publish: config.PublishGrant{
 				SystemIDs: []string{"cms"}, MessageTypes: []string{"*"}}}},
@@ -220,6 +222,19 @@ type counting struct {
 	// firstTimeout, when set, is the deadline of the first publish.
 	firstTimeout time.Duration
 	tokens       int
+	// answer, when set, names the sandbox answer of each publish; it is
+	// called with mu held, one publish at a time.
+	answer func(n int, id string) string
+}
+
+// sandbox has the bus answer the n-th publish (from 0) through this round
+// tripper as answer(n, its message_id) names, in the Storybus-Sandbox-Answer
+// header: a rule id, or bus.SandboxLost. An empty name lets the bus answer
+// for real.
+func (c *counting) sandbox(answer func(n int, id string) string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.answer = answer
 }
 
 func (c *counting) RoundTrip(r *http.Request) (*http.Response, error) {
@@ -234,10 +249,23 @@ func (c *counting) RoundTrip(r *http.Request) (*http.Response, error) {
 	}
 	body, _ := io.ReadAll(r.Body)
 	r.Body = io.NopCloser(strings.NewReader(string(body)))
+	var head struct {
+		MessageID string `json:"message_id"`
+	}
+	_ = json.Unmarshal(body, &head)
 	c.mu.Lock()
-	first := len(c.bodies) == 0
+	n := len(c.bodies)
+	first := n == 0
 	c.bodies = append(c.bodies, body)
+	provoke := ""
+	if c.answer != nil {
+		provoke = c.answer(n, head.MessageID)
+	}
 	c.mu.Unlock()
+	if provoke != "" {
+		r = r.Clone(r.Context())
+		r.Header.Set(bus.SandboxAnswerHeader, provoke)
+	}
 	if first && c.firstTimeout > 0 {
 		ctx, cancel := context.WithTimeout(r.Context(), c.firstTimeout)
 		defer cancel()

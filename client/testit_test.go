@@ -1,17 +1,21 @@
 package client_test
 
 // The "Test it" table of the bus's "Retries and idempotency" page, against
-// a real bus on an embedded JetStream; its 429 and 503 rows against a stub.
+// a real bus on an embedded JetStream; its 429 and 503 rows provoked on that
+// bus, a sandbox workspace.
 
 import (
 	"bytes"
 	"context"
 	"errors"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/storybus/storybus/bus"
+	"github.com/storybus/storybus/bus/publish"
 	"github.com/storybus/storybus/client"
 )
 
@@ -66,6 +70,38 @@ func TestTestIt_ALostAnswerIsDeliveredOnce(t *testing.T) {
 		}
 		reader.expectOnce(t, m.ID())
 	}
+}
+
+// A lost answer for certain: the bus (a sandbox) publishes the message and
+// closes the connection without an answer; the client's retry gets 200
+// duplicate, and a consumer receives the message exactly once.
+func TestTestIt_AProvokedLostAnswerIsDeliveredOnce(t *testing.T) {
+	b := newTestBus(t)
+	reader := newReader(t, b, "provoked-lost-answer")
+	s := newSetup(t, b.URL, b.clock)
+	s.rt.sandbox(func(n int, _ string) string {
+		if n == 0 {
+			return bus.SandboxLost
+		}
+		return ""
+	})
+	m := snapshot(t, "", "story-provoked-lost", 1, "draft")
+	res, err := s.client.Publish(context.Background(), m)
+	if err != nil || res.Status != http.StatusOK || !res.Duplicate || res.Attempts != 2 {
+		t.Fatalf("%+v %v", res, err)
+	}
+	if got := s.rt.Statuses(); !slices.Equal(got, []int{http.StatusOK}) {
+		t.Fatalf("answers %v, want only the retry's", got)
+	}
+	for _, body := range s.rt.Bodies() {
+		if !bytes.Equal(body, m.Bytes()) {
+			t.Fatal("the retry sent other bytes")
+		}
+	}
+	if n := b.deliveries(t, m.ID()); n != 1 {
+		t.Fatalf("%d deliveries", n)
+	}
+	reader.expectOnce(t, m.ID())
 }
 
 // A reused id: change one field and resend with the same message_id →
@@ -172,37 +208,36 @@ func TestTestIt_401TwiceStops(t *testing.T) {
 	}
 }
 
-// 429 and 503, against a stub: retried with the same bytes, honouring
-// Retry-After, until the success.
-func TestTestIt_429And503AreRetriedAgainstAStub(t *testing.T) {
-	st := newStub(t, func(n int, id string, w http.ResponseWriter, _ *http.Request) {
-		switch n {
-		case 0:
-			w.Header().Set("Retry-After", "12")
-			refusal(w, http.StatusTooManyRequests, client.RuleRateLimited, "over the rate", "")
-		case 1:
-			refusal(w, http.StatusServiceUnavailable, "bus.publish_failed", "not published", "")
-		case 2:
-			w.Header().Set("Retry-After", "25")
-			refusal(w, http.StatusServiceUnavailable, client.RuleMessageInFlight, "recorded 5s ago", "")
-		default:
-			accepted(w, id)
-		}
+// 429 and 503, provoked on a real bus (a sandbox): retried with the same
+// bytes, honouring Retry-After, until the success, which publishes the
+// message once.
+func TestTestIt_429And503AreRetried(t *testing.T) {
+	b := newTestBus(t)
+	s := newSetup(t, b.URL, b.clock)
+	s.rt.sandbox(func(n int, _ string) string {
+		return []string{client.RuleRateLimited, "bus.publish_failed", client.RuleMessageInFlight, ""}[min(n, 3)]
 	})
-	s := newSetup(t, st.URL, nil)
 	m := snapshot(t, "", "story-429", 1, "draft")
 	res, err := s.client.Publish(context.Background(), m)
 	if err != nil || res.Status != http.StatusAccepted || res.Attempts != 4 {
 		t.Fatalf("%+v %v", res, err)
 	}
+	if got := s.rt.Statuses(); !slices.Equal(got, []int{429, 503, 503, 202}) {
+		t.Fatalf("statuses %v", got)
+	}
+	// The backoff alone waits at most 0.5 s, 1 s and 2 s: the bus's
+	// Retry-After (1 s, 1 s, 30 s) is longer the first and last time.
 	sleeps := s.clock.Sleeps()
-	if len(sleeps) != 3 || sleeps[0] < 12*time.Second || sleeps[2] < 25*time.Second {
+	if len(sleeps) != 3 || sleeps[0] < time.Second || sleeps[2] < publish.Lease {
 		t.Fatalf("sleeps %v do not honour Retry-After", sleeps)
 	}
-	for _, b := range st.Bodies() {
-		if !bytes.Equal(b, m.Bytes()) {
+	for _, body := range s.rt.Bodies() {
+		if !bytes.Equal(body, m.Bytes()) {
 			t.Fatal("a retry sent other bytes")
 		}
+	}
+	if n := b.deliveries(t, m.ID()); n != 1 {
+		t.Fatalf("published %d times", n)
 	}
 }
 
@@ -253,21 +288,23 @@ func (r *reader) expectOnce(t *testing.T, id string) {
 
 // Retries of a message whose context ended are kept, not dropped.
 func TestTestIt_ACancelledPublishIsKept(t *testing.T) {
-	st := newStub(t, func(_ int, _ string, w http.ResponseWriter, _ *http.Request) {
-		refusal(w, http.StatusServiceUnavailable, "bus.publish_failed", "not published", "")
-	})
+	b := newTestBus(t)
 	ctx, cancel := context.WithCancel(context.Background())
-	s := newSetup(t, st.URL, nil, func(o *client.Options) {
+	s := newSetup(t, b.URL, nil, func(o *client.Options) {
 		o.Clock = cancelOnSleep{fake: newFakeClock(), cancel: cancel}
 	})
+	s.rt.sandbox(func(int, string) string { return "bus.publish_failed" })
 	m := snapshot(t, "", "story-c", 1, "draft")
 	_, err := s.client.Publish(ctx, m)
 	if !client.IsKept(err) || !errors.Is(err, context.Canceled) {
 		t.Fatalf("got %v", err)
 	}
 	list, _ := s.outbox.List()
-	if len(list) != 1 || !bytes.Equal(list[0].Message, m.Bytes()) {
+	if len(list) != 1 || !bytes.Equal(list[0].Message, m.Bytes()) || list[0].Rule != "bus.publish_failed" {
 		t.Fatalf("outbox %+v", list)
+	}
+	if n := b.deliveries(t, m.ID()); n != 0 {
+		t.Fatalf("published %d times", n)
 	}
 }
 
