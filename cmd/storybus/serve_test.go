@@ -3,9 +3,14 @@ package main_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -58,5 +63,70 @@ func TestServeRefusesAModuleCallingARefusedBuiltIn(t *testing.T) {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("output does not name %q:\n%s", want, out)
 		}
+	}
+}
+
+// TestServeFromTheEnvironment starts the bus configured by STORYBUS_
+// variables alone, but for --listen, whose flag wins over its variable:
+// it serves where the flag says, and --log-level warn from the
+// environment leaves out the INFO line it writes once serving.
+func TestServeFromTheEnvironment(t *testing.T) {
+	dir := t.TempDir()
+	api, ops := testutil.FreeAddr(t), testutil.FreeAddr(t)
+	cmd := exec.Command(binary, "serve", "--listen", api)
+	cmd.Env = append(os.Environ(),
+		"STORYBUS_CONFIG="+writeConfig(t, dir),
+		"STORYBUS_DATA_DIR="+filepath.Join(dir, "data"),
+		"STORYBUS_LISTEN=not-an-address",
+		"STORYBUS_OPS_LISTEN="+ops,
+		"STORYBUS_LOG_LEVEL=warn",
+	)
+	logs := &testutil.SyncBuffer{}
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		if t.Failed() {
+			t.Logf("bus logs:\n%s", logs.String())
+		}
+	})
+	testutil.Eventually(t, "ready on the operations address from the environment", 60*time.Second, func() error {
+		select {
+		case err := <-done:
+			t.Fatalf("the bus stopped: %v", err)
+		default:
+		}
+		res, err := http.Get("http://" + ops + "/readyz")
+		if err != nil {
+			return err
+		}
+		res.Body.Close()
+		if res.StatusCode != http.StatusOK {
+			return fmt.Errorf("/readyz %d", res.StatusCode)
+		}
+		return nil
+	})
+	c, err := net.DialTimeout("tcp", api, 5*time.Second)
+	if err != nil {
+		t.Fatalf("the publish port is not where --listen says: %v", err)
+	}
+	c.Close()
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("the bus stopped with %v", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("the bus did not stop on SIGTERM")
+	}
+	if strings.Contains(logs.String(), "storybus bus serving") {
+		t.Errorf("logged at INFO with STORYBUS_LOG_LEVEL=warn:\n%s", logs.String())
 	}
 }

@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -65,7 +66,7 @@ func newDevCommand() *cobra.Command {
 				scheme = "https"
 			}
 			out := cmd.OutOrStdout()
-			return Serve(cmd.Context(), *o, []*config.Workspace{cfg}, newLogger(cmd.ErrOrStderr(), o.LogFormat),
+			return Serve(cmd.Context(), *o, []*config.Workspace{cfg}, slog.New(newLogHandler(cmd.ErrOrStderr(), o.LogFormat, o.LogLevel)),
 				func(api, ops net.Addr) {
 					if configFile != "" {
 						fmt.Fprintf(out, "storybus dev: workspace %q from %s on %s://%s (operations on http://%s), reloaded on change\n", cfg.ID, configFile, scheme, api, ops)

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"log/slog"
 	"net/netip"
 	"strings"
 
@@ -103,8 +102,7 @@ func (o *OperatorOptions) bind(cmd *cobra.Command) {
 	f.StringVar(&o.OperatorNamespace, "operator-namespace", "", "the operator's own namespace, whose pods may reach the bus pods' operations port too")
 	f.StringVar(&o.ExposeGateway, "expose-gateway", "", "the platform's Gateway (namespace/name) that the HTTPRoute of a Tenant whose spec.expose.gateway names no parentRefs attaches to")
 	f.StringSliceVar(&o.TrustedProxies, "trusted-proxies", nil, "CIDRs of the proxies (the Gateway's or ingress controller's pods) whose X-Forwarded-For the bus pods of Tenants that set no spec.trustedProxies believe; empty trusts none")
-	f.StringVar(&o.LogFormat, "log-format", "json", "log format: json or text")
-	f.StringVar(&o.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
+	bindLogFlags(cmd, &o.LogFormat, &o.LogLevel)
 }
 
 // DefaultMaxConcurrentReconciles is --max-concurrent-reconciles' default,
@@ -164,14 +162,7 @@ func (o *OperatorOptions) validate() error {
 			return usageError{fmt.Errorf("--trusted-proxies: %q is not a CIDR such as 10.0.0.0/8", c)}
 		}
 	}
-	if o.LogFormat != "json" && o.LogFormat != "text" {
-		return usageError{fmt.Errorf("--log-format must be json or text")}
-	}
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(o.LogLevel)); err != nil {
-		return usageError{fmt.Errorf("--log-level: %w", err)}
-	}
-	return nil
+	return validateLogFlags(o.LogFormat, o.LogLevel)
 }
 
 // exposeGateway is --expose-gateway as a parent reference; nil when unset.
@@ -204,13 +195,7 @@ func newOperatorCommand() *cobra.Command {
 			if err := o.validate(); err != nil {
 				return err
 			}
-			var level slog.Level
-			_ = level.UnmarshalText([]byte(o.LogLevel))
-			ho := &slog.HandlerOptions{Level: level, ReplaceAttr: namedLevels}
-			var h slog.Handler = slog.NewJSONHandler(cmd.ErrOrStderr(), ho)
-			if o.LogFormat == "text" {
-				h = slog.NewTextHandler(cmd.ErrOrStderr(), ho)
-			}
+			h := newLogHandler(cmd.ErrOrStderr(), o.LogFormat, o.LogLevel)
 			cfg, err := restConfig(o.Kubeconfig)
 			if err != nil {
 				return err
@@ -219,6 +204,7 @@ func newOperatorCommand() *cobra.Command {
 		},
 	}
 	o.bind(cmd)
+	readEnv(cmd)
 	return cmd
 }
 

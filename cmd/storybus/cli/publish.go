@@ -88,15 +88,13 @@ func (o *PublishOptions) bind(cmd *cobra.Command) {
 }
 
 func bindOutbox(cmd *cobra.Command, dir *string) {
-	cmd.Flags().StringVar(dir, "outbox", defaultOutboxDir(), "directory of the outbox that keeps undelivered messages (env "+EnvOutbox+")")
+	cmd.Flags().StringVar(dir, "outbox", defaultOutboxDir(), "directory of the outbox that keeps undelivered messages")
+	readEnv(cmd, "outbox")
 }
 
-// defaultOutboxDir is $STORYBUS_OUTBOX, else storybus/outbox in the user's
-// state directory ($XDG_STATE_HOME, default ~/.local/state).
+// defaultOutboxDir is storybus/outbox in the user's state directory
+// ($XDG_STATE_HOME, default ~/.local/state).
 func defaultOutboxDir() string {
-	if d := os.Getenv(EnvOutbox); d != "" {
-		return d
-	}
 	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
 		return filepath.Join(d, "storybus", "outbox")
 	}

@@ -60,6 +60,9 @@ func NewRoot(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	// Flags not on the command line come from the environment, where the
+	// command reads it (readEnv); the command line wins.
+	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error { return flagsFromEnv(cmd) }
 	root.AddCommand(newServeCommand(), newDevCommand(), newBenchCommand())
 	root.AddCommand(newOperatorCommand())
 	root.AddCommand(newTokenCommand(), newPublishCommand(), newOutboxCommand(), newConsumeCommand())

@@ -40,6 +40,7 @@ type ServeOptions struct {
 	SyncInterval   time.Duration
 	TopicRetention time.Duration
 	LogFormat      string
+	LogLevel       string
 	// AccessLog writes one log line per request on the publish port.
 	AccessLog bool
 	// TokenAttempts limits failed attempts at the token endpoint.
@@ -82,7 +83,7 @@ func (o *ServeOptions) bind(cmd *cobra.Command) {
 	f.StringVar(&o.Sync, "sync", SyncAlways, "embedded JetStream fsync: always (every write) or interval")
 	f.DurationVar(&o.SyncInterval, "sync-interval", 0, "fsync period with --sync=interval (nats-server's default is 2m)")
 	f.DurationVar(&o.TopicRetention, "topic-retention", 0, "how long the topic keeps messages; 0 keeps them until the store's limits")
-	f.StringVar(&o.LogFormat, "log-format", "json", "log format: json or text")
+	bindLogFlags(cmd, &o.LogFormat, &o.LogLevel)
 	f.BoolVar(&o.AccessLog, "access-log", true, "log one line per request on the publish port (--access-log=false turns it off)")
 	f.IntVar(&o.TokenAttempts.PerClient, "token-failures-per-client", bus.DefaultTokenAttempts.PerClient, "failed token requests with one client id, within --token-failure-window, that lock it out (0: no limit)")
 	f.IntVar(&o.TokenAttempts.PerAddress, "token-failures-per-address", bus.DefaultTokenAttempts.PerAddress, "failed token requests from one source address, within --token-failure-window, that lock it out (0: no limit)")
@@ -98,6 +99,9 @@ func (o *ServeOptions) bind(cmd *cobra.Command) {
 }
 
 func (o *ServeOptions) validate() error {
+	if err := validateLogFlags(o.LogFormat, o.LogLevel); err != nil {
+		return err
+	}
 	if o.Consumers.PerConnection < 0 || o.Consumers.InactiveThreshold < 0 {
 		return usageError{errors.New("--consumers-per-connection and --consumer-inactive-threshold must be 0 or more")}
 	}
@@ -155,19 +159,13 @@ func newServeCommand() *cobra.Command {
 				cfgs = append(cfgs, cfg)
 			}
 			o.watch = o.Configs
-			return Serve(cmd.Context(), *o, cfgs, newLogger(cmd.ErrOrStderr(), o.LogFormat), nil)
+			return Serve(cmd.Context(), *o, cfgs, slog.New(newLogHandler(cmd.ErrOrStderr(), o.LogFormat, o.LogLevel)), nil)
 		},
 	}
 	o.bind(cmd)
 	cmd.Flags().StringArrayVar(&o.Configs, "config", nil, "workspace configuration file (repeatable)")
+	readEnv(cmd)
 	return cmd
-}
-
-func newLogger(w interface{ Write([]byte) (int, error) }, format string) *slog.Logger {
-	if format == "text" {
-		return slog.New(slog.NewTextHandler(w, nil))
-	}
-	return slog.New(slog.NewJSONHandler(w, nil))
 }
 
 // Serve runs the bus until ctx ends: the store (embedded or external), the

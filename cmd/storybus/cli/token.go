@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
 	"strings"
 	"time"
 
@@ -15,15 +14,15 @@ import (
 )
 
 // Environment variables the producer and consumer commands read when the
-// flag is not given. The secret is better passed this way than as a flag,
-// which other users of the machine can see.
+// flag is not given (readEnv). The secret is better passed this way than
+// as a flag, which other users of the machine can see.
 const (
-	EnvURL          = "STORYBUS_URL"
-	EnvWorkspace    = "STORYBUS_WORKSPACE"
-	EnvClientID     = "STORYBUS_CLIENT_ID"
-	EnvClientSecret = "STORYBUS_CLIENT_SECRET"
-	EnvOutbox       = "STORYBUS_OUTBOX"
-	EnvCAFile       = "STORYBUS_CA_FILE"
+	EnvURL          = EnvPrefix + "URL"
+	EnvWorkspace    = EnvPrefix + "WORKSPACE"
+	EnvClientID     = EnvPrefix + "CLIENT_ID"
+	EnvClientSecret = EnvPrefix + "CLIENT_SECRET"
+	EnvOutbox       = EnvPrefix + "OUTBOX"
+	EnvCAFile       = EnvPrefix + "CA_FILE"
 )
 
 // ConnectionOptions say which bus, workspace and connection a producer or
@@ -42,19 +41,17 @@ type ConnectionOptions struct {
 
 func (o *ConnectionOptions) bind(cmd *cobra.Command) {
 	f := cmd.Flags()
-	f.StringVar(&o.URL, "url", envOr(EnvURL, "http://127.0.0.1:8080"), "base URL of the bus (env "+EnvURL+")")
-	f.StringVar(&o.Workspace, "workspace", os.Getenv(EnvWorkspace), "workspace id (env "+EnvWorkspace+")")
-	f.StringVar(&o.ClientID, "client-id", os.Getenv(EnvClientID), "the connection's client id (env "+EnvClientID+")")
-	f.StringVar(&o.ClientSecret, "client-secret", "", "the connection's client secret (default env "+EnvClientSecret+", which is safer)")
-	f.StringVar(&o.TLS.CAFile, "ca-file", os.Getenv(EnvCAFile), "PEM CA certificates the bus's certificate is checked against instead of the system's (env "+EnvCAFile+"; the system's honour SSL_CERT_FILE)")
+	f.StringVar(&o.URL, "url", "http://127.0.0.1:8080", "base URL of the bus")
+	f.StringVar(&o.Workspace, "workspace", "", "workspace id")
+	f.StringVar(&o.ClientID, "client-id", "", "the connection's client id")
+	f.StringVar(&o.ClientSecret, "client-secret", "", "the connection's client secret; the environment is safer, other users of the machine can see a flag")
+	f.StringVar(&o.TLS.CAFile, "ca-file", "", "PEM CA certificates the bus's certificate is checked against instead of the system's (which honour SSL_CERT_FILE)")
 	f.StringVar(&o.TLS.CertFile, "cert-file", "", "PEM client certificate, for a bus that takes mutual TLS")
 	f.StringVar(&o.TLS.KeyFile, "key-file", "", "PEM private key of --cert-file")
+	readEnv(cmd, "url", "workspace", "client-id", "client-secret", "ca-file")
 }
 
 func (o *ConnectionOptions) validate() error {
-	if o.ClientSecret == "" {
-		o.ClientSecret = os.Getenv(EnvClientSecret)
-	}
 	var missing []string
 	for _, f := range []struct{ name, value string }{
 		{"--url", o.URL}, {"--workspace", o.Workspace}, {"--client-id", o.ClientID}, {"--client-secret or " + EnvClientSecret + " (or --cert-file)", o.ClientSecret + o.TLS.CertFile},
@@ -80,13 +77,6 @@ func (o *ConnectionOptions) tokens() *client.ClientCredentials {
 	hc := *o.http
 	hc.Timeout = 30 * time.Second
 	return &client.ClientCredentials{URL: o.URL, Workspace: o.Workspace, ClientID: o.ClientID, ClientSecret: o.ClientSecret, HTTPClient: &hc}
-}
-
-func envOr(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return def
 }
 
 func newTokenCommand() *cobra.Command {
