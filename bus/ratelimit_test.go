@@ -84,7 +84,7 @@ func newReplicaWith(t *testing.T, ns *server.Server, o bus.Options, cfg *config.
 		t.Fatal(err)
 	}
 	h := &harness{t: t, ns: ns, srv: srv}
-	h.http, h.api = serveChecked(t, openapitest.PublishPort, srv.Handler())
+	h.http, h.api = openapitest.Serve(t, openapitest.PublishPort, srv.Handler())
 	return h
 }
 

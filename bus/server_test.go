@@ -86,36 +86,15 @@ func newHarness(t testing.TB) *harness {
 			t.Fatal(err)
 		}
 	}
-	h.http, h.api = serveChecked(t, openapitest.PublishPort, h.srv.Handler())
+	h.http, h.api = openapitest.Serve(t, openapitest.PublishPort, h.srv.Handler())
 	return h
-}
-
-// serveChecked serves h on loopback for t, every answer validated against
-// docs/openapi.yaml. A mismatch fails the test that got the answer
-// (harness.do) or, when no helper took it, t when it ends.
-func serveChecked(t testing.TB, port openapitest.Port, h http.Handler) (*httptest.Server, *openapitest.Checker) {
-	t.Helper()
-	api := openapitest.NewChecker(port)
-	// Cleanups run last first: the server closes, then what it answered is
-	// reported.
-	t.Cleanup(func() {
-		for _, err := range api.Take() {
-			t.Errorf("answer outside docs/openapi.yaml: %v", err)
-		}
-	})
-	srv := httptest.NewServer(api.Handler(h))
-	t.Cleanup(srv.Close)
-	return srv, api
 }
 
 // checkAPI fails t with the answers outside docs/openapi.yaml so far.
 func (h *harness) checkAPI(t testing.TB) {
 	t.Helper()
-	if h.api == nil {
-		return
-	}
-	for _, err := range h.api.Take() {
-		t.Errorf("answer outside docs/openapi.yaml: %v", err)
+	if h.api != nil {
+		h.api.Report(t)
 	}
 }
 
@@ -250,9 +229,7 @@ func (h *harness) metrics(t testing.TB) string {
 	rec := httptest.NewRecorder()
 	ops := openapitest.NewChecker(openapitest.OperationsPort)
 	ops.Handler(h.srv.OpsHandler()).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
-	for _, err := range ops.Take() {
-		t.Errorf("answer outside docs/openapi.yaml: %v", err)
-	}
+	ops.Report(t)
 	if rec.Code != http.StatusOK {
 		t.Fatalf("/metrics: %d", rec.Code)
 	}

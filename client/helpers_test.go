@@ -23,6 +23,7 @@ import (
 	"github.com/storybus/storybus/bus/publish"
 	"github.com/storybus/storybus/bus/store"
 	"github.com/storybus/storybus/client"
+	"github.com/storybus/storybus/internal/openapitest"
 	"github.com/storybus/storybus/internal/testutil"
 )
 
@@ -105,6 +106,8 @@ type testBus struct {
 	clock  *busClock
 	faults atomic.Pointer[publish.Faults]
 	dir    string
+	// api checks every answer of the bus against docs/openapi.yaml.
+	api *openapitest.Checker
 }
 
 func busWorkspace() *config.Workspace {
@@ -158,7 +161,8 @@ func startBus(natsListen ...string) (*testBus, error) {
 		b.Close()
 		return nil, err
 	}
-	b.http = httptest.NewServer(b.srv.Handler())
+	b.api = openapitest.NewChecker(openapitest.PublishPort)
+	b.http = httptest.NewServer(b.api.Handler(b.srv.Handler()))
 	b.URL = b.http.URL
 	return b, nil
 }
@@ -183,6 +187,9 @@ func newTestBus(t *testing.T) *testBus {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Cleanups run last first: the bus stops, then what it answered is
+	// reported.
+	t.Cleanup(func() { b.api.Report(t) })
 	t.Cleanup(b.Close)
 	return b
 }

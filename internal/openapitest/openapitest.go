@@ -14,11 +14,13 @@ import (
 	"io"
 	"io/fs"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"path"
 	"slices"
 	"strings"
 	"sync"
+	"testing"
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
@@ -119,6 +121,27 @@ func (c *Checker) Take() []error {
 	errs := c.errs
 	c.errs = nil
 	return errs
+}
+
+// Report fails t with the mismatches found since the last Take.
+func (c *Checker) Report(t testing.TB) {
+	t.Helper()
+	for _, err := range c.Take() {
+		t.Errorf("answer outside docs/openapi.yaml: %v", err)
+	}
+}
+
+// Serve serves h on loopback for t, checking every answer of port. What
+// no test took is reported when t ends, after the server has closed.
+func Serve(t testing.TB, port Port, h http.Handler) (*httptest.Server, *Checker) {
+	t.Helper()
+	c := NewChecker(port)
+	// Cleanups run last first: the server closes, then what it answered
+	// is reported.
+	t.Cleanup(func() { c.Report(t) })
+	srv := httptest.NewServer(c.Handler(h))
+	t.Cleanup(srv.Close)
+	return srv, c
 }
 
 func (c *Checker) record(err error) {

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/storybus/storybus/bus"
 	"github.com/storybus/storybus/bus/config"
+	"github.com/storybus/storybus/internal/openapitest"
 	"github.com/storybus/storybus/internal/storetest"
 )
 
@@ -34,8 +34,7 @@ func startCLIBus(t *testing.T) string {
 	if err := srv.Apply(context.Background(), cliWorkspace()); err != nil {
 		t.Fatal(err)
 	}
-	hs := httptest.NewServer(srv.Handler())
-	t.Cleanup(hs.Close)
+	hs, _ := openapitest.Serve(t, openapitest.PublishPort, srv.Handler())
 	return hs.URL
 }
 
