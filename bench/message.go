@@ -82,7 +82,7 @@ func (p *producer) message() message {
 	s := &p.stories[p.next]
 	p.next = (p.next + 1) % len(p.stories)
 	s.seq++
-	return message{id: id, story: s.id, body: snapshot(id, p.g.systemID, s.id, s.seq, time.Now())}
+	return message{id: id, story: s.id, body: Snapshot(id, p.g.systemID, s.id, s.seq, time.Now())}
 }
 
 // state walks a story through a realistic life: a draft, then published,
@@ -97,10 +97,10 @@ func state(seq int64) string {
 	return "updated"
 }
 
-// snapshot returns a typical story.context of about 1.3 KB: a headline,
+// Snapshot returns a typical story.context of about 1.3 KB: a headline,
 // slug, desk, language, body reference, assets, authors and labels, valid
 // against SOM 1.0 with no warnings.
-func snapshot(id, systemID, storyID string, seq int64, now time.Time) []byte {
+func Snapshot(id, systemID, storyID string, seq int64, now time.Time) []byte {
 	n := strconv.FormatInt(seq, 10)
 	b := make([]byte, 0, 1536)
 	b = envelope(b, id, som.TypeStoryContext, systemID, now)

@@ -8,12 +8,13 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/storybus/storybus/bench"
 	"github.com/storybus/storybus/bus"
 	"github.com/storybus/storybus/internal/storetest"
 )
@@ -95,11 +96,10 @@ func acceptedPublisher(t testing.TB) func() {
 	header.Set("Content-Type", "application/json")
 	target, _ := url.Parse("/v1/tenants/newsroom/messages")
 	var w discardWriter
-	var body []byte
-	seq := 0
+	seq := int64(0)
 	return func() {
 		seq++
-		body = typicalSnapshot(body[:0], uuid.NewString(), "story-bench", seq)
+		body := bench.Snapshot(uuid.NewString(), "cms", "story-bench", seq, time.Now())
 		req := &http.Request{
 			Method: http.MethodPost, URL: target, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
 			Header: header, Body: io.NopCloser(bytes.NewReader(body)), ContentLength: int64(len(body)),
@@ -138,39 +138,4 @@ func (w *discardWriter) WriteHeader(status int) {
 func (w *discardWriter) Write(p []byte) (int, error) {
 	w.WriteHeader(http.StatusOK)
 	return len(p), nil
-}
-
-// typicalSnapshot appends a typical story.context of about 1.3 KB (the
-// shape storybus bench sends): a headline, slug, desk, language, body
-// reference, three assets, authors and labels, valid with no warnings.
-func typicalSnapshot(b []byte, id, story string, seq int) []byte {
-	state := "updated"
-	if seq == 1 {
-		state = "draft"
-	}
-	b = append(b, `{"som_version":"1.0","message_id":"`...)
-	b = append(b, id...)
-	b = append(b, `","message_type":"story.context","system_id":"cms","timestamp":"2026-11-29T09:00:00Z","payload":{"story_id":"`...)
-	b = append(b, story...)
-	b = append(b, `","sequence_number":`...)
-	b = strconv.AppendInt(b, int64(seq), 10)
-	b = append(b, `,"state":"`...)
-	b = append(b, state...)
-	b = append(b, `","headline":"Council approves new harbour bridge after late-night vote on the transport budget","slug":"council-harbour-bridge",`+
-		`"desk":"local","language":"en-GB","body_ref":"https://cms.example/stories/`...)
-	b = append(b, story...)
-	b = append(b, `/body","assets":[`...)
-	for i, kind := range []string{"image", "image", "video"} {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = append(b, `{"ref":"https://media.example/assets/`...)
-		b = append(b, story...)
-		b = append(b, '-')
-		b = strconv.AppendInt(b, int64(i+1), 10)
-		b = append(b, `","kind":"`...)
-		b = append(b, kind...)
-		b = append(b, `","caption":"Councillors vote on the harbour bridge in the chamber on Tuesday evening, seen from the public gallery"}`...)
-	}
-	return append(b, `],"authors":["Ada Reporter","Ben Editor","Cleo Photographer"],"labels":["politics","local","transport","harbour","council","budget","infrastructure"]}}`...)
 }
