@@ -153,6 +153,15 @@ var benchSync = flag.String("sync", SyncAlways, "fsync mode of the Go benchmarks
 // with as many concurrent producers as `storybus bench` runs by default.
 func BenchmarkPublishHTTP(b *testing.B) { benchmarkPhase(b, PhaseBus) }
 
+// BenchmarkRelayHTTP posts b.N snapshots to the relay, the same HTTP stack
+// and client doing one JetStream publish each: the HTTP floor under
+// BenchmarkPublishHTTP.
+func BenchmarkRelayHTTP(b *testing.B) { benchmarkPhase(b, PhaseRelay) }
+
+// BenchmarkRelayTwoWriteHTTP is BenchmarkRelayHTTP with a record create
+// before each publish.
+func BenchmarkRelayTwoWriteHTTP(b *testing.B) { benchmarkPhase(b, PhaseRelayTwoWrite) }
+
 // BenchmarkRawPublish publishes b.N messages of the same size with one
 // JetStream publish each, the baseline of BenchmarkPublishHTTP.
 func BenchmarkRawPublish(b *testing.B) { benchmarkPhase(b, PhaseRaw) }
