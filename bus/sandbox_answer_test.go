@@ -351,3 +351,35 @@ func TestSandboxLostAnswer(t *testing.T) {
 		t.Fatalf("the lost answer is not counted as aborted:\n%s", m)
 	}
 }
+
+// TestSandboxOnTheIAMRoute proves the AWS-signed route takes the header
+// too: a bad signature is API Gateway's 403 first, a good one gets the
+// provoked answer, and a workspace that is not a sandbox refuses it.
+func TestSandboxOnTheIAMRoute(t *testing.T) {
+	h := newIAMHarness(t)
+	body := snapshot("", "iam-story", 1, "cms")
+	signed := func(secret, want string) answer {
+		t.Helper()
+		req := h.signed(t, "newsroom", cmsAccessKey, secret, bus.IAMService, body, h.clock.Now())
+		req.Header.Set(bus.SandboxAnswerHeader, want)
+		return h.do(t, req)
+	}
+	expect(t, signed(cmsSecretKey, rules.BusPublishFailed), http.StatusBadRequest, rules.SandboxNotEnabled)
+
+	cfg := iamConfig()
+	cfg.Sandbox = true
+	if err := h.srv.Apply(context.Background(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	if a := signed(cmsSecretKey+"x", rules.BusPublishFailed); a.Status != http.StatusForbidden || a.Message == "" {
+		t.Fatalf("a bad signature got %d %s", a.Status, a.Raw)
+	}
+	a := signed(cmsSecretKey, rules.BusPublishFailed)
+	expect(t, a, http.StatusServiceUnavailable, rules.BusPublishFailed)
+	if a.Header.Get("Retry-After") != "1" {
+		t.Fatalf("Retry-After %q", a.Header.Get("Retry-After"))
+	}
+	if n := h.topicMessages(t, "newsroom"); n != 0 {
+		t.Fatalf("%d messages on the topic", n)
+	}
+}
