@@ -107,7 +107,7 @@ func (bf *benchFlags) apply(cmd *cobra.Command, o *bench.Options) error {
 		o.Phases = append(o.Phases, bench.PhaseName(p))
 	}
 	if bf.url == "" {
-		for _, name := range []string{"client-id", "client-secret", "token", "system-id", "cert-file", "key-file"} {
+		for _, name := range []string{"client-id", "client-secret", "token", "system-id", "ca-file", "cert-file", "key-file"} {
 			if cmd.Flags().Changed(name) {
 				return fmt.Errorf("--%s needs --url", name)
 			}

@@ -19,6 +19,7 @@ func TestBenchRefusesBadFlags(t *testing.T) {
 		{[]string{"--producers", "1,x"}, `invalid argument "1,x" for "--producers"`},
 		{[]string{"--producers", "1,4,0"}, "producers must be at least 1, not 0"},
 		{[]string{"--token", "t"}, "--token needs --url"},
+		{[]string{"--ca-file", "ca.pem"}, "--ca-file needs --url"},
 		{[]string{"--url", "https://bus.example/v1/tenants"}, "want http(s)://host/v1/tenants/<workspace>"},
 		{[]string{"--url", "https://bus.example/v1/tenants/newsroom"}, "--url needs --token, or --client-id with --client-secret"},
 		{[]string{"--url", "https://bus.example/v1/tenants/newsroom", "--client-id", "cms"}, "--client-id needs --client-secret"},
