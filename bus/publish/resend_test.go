@@ -2,6 +2,8 @@ package publish_test
 
 import (
 	"context"
+	"encoding/hex"
+	"fmt"
 	"net/http"
 	"strconv"
 	"testing"
@@ -122,6 +124,28 @@ func TestResendAfterAStaleView(t *testing.T) {
 		t.Fatalf("tolerated %v: the fresh head was not used", ruleIDs(out))
 	}
 	want(t, e.publish(snap{story: "s1", seq: 4}.json()), http.StatusAccepted, "")
+	e.restart()
+	want(t, e.publish(body), http.StatusOK, "")
+	if got := e.streamCount(id); got != 1 {
+		t.Fatalf("stream holds %d copies, want 1", got)
+	}
+}
+
+// TestResendWithARecordOfAnOlderBus: a record without the head its
+// snapshot follows, as a bus before this one wrote them (during a rolling
+// upgrade), is still proved published, by reading the story subject.
+func TestResendWithARecordOfAnOlderBus(t *testing.T) {
+	e := newEnv(t)
+	want(t, e.publish(snap{story: "s1", seq: 1}.json()), http.StatusAccepted, "")
+	id := uuid.NewString()
+	body := snap{id: id, story: "s1", seq: 2}.json()
+	want(t, e.publish(body), http.StatusAccepted, "")
+	want(t, e.publish(snap{story: "s1", seq: 3}.json()), http.StatusAccepted, "")
+	h := input(t, body).Hash
+	old := fmt.Sprintf(`{"h":%q,"s":"recorded"}`, hex.EncodeToString(h[:]))
+	if _, err := e.ws.Records.Put(context.Background(), store.EncodeToken(id), []byte(old)); err != nil {
+		t.Fatal(err)
+	}
 	e.restart()
 	want(t, e.publish(body), http.StatusOK, "")
 	if got := e.streamCount(id); got != 1 {
