@@ -89,13 +89,14 @@ func newBenchCommand() *cobra.Command {
 	f.StringVar(&o.DataDir, "data-dir", "", "directory for the store's temporary files (default the system's temporary directory)")
 	f.StringVar(&bf.jsonPath, "json", "", "also write the report as JSON to this file")
 	f.StringVar(&bf.url, "url", "", "drive the running bus at this workspace URL, https://host/v1/tenants/<workspace>, instead of an embedded one")
-	f.StringVar(&bf.clientID, "client-id", os.Getenv(EnvClientID), "with --url: the connection's client id (env "+EnvClientID+")")
-	f.StringVar(&bf.clientSecret, "client-secret", "", "with --url: the connection's client secret (default env "+EnvClientSecret+", which is safer)")
+	f.StringVar(&bf.clientID, "client-id", "", "with --url: the connection's client id")
+	f.StringVar(&bf.clientSecret, "client-secret", "", "with --url: the connection's client secret; the environment is safer")
 	f.StringVar(&bf.token, "token", "", "with --url: a bearer token to send instead of getting tokens with the client credentials")
 	f.StringVar(&bf.systemID, "system-id", "", "with --url: the messages' system_id, one the connection may publish as (default the client id)")
-	f.StringVar(&bf.tls.CAFile, "ca-file", os.Getenv(EnvCAFile), "with --url: PEM CA certificates the bus's certificate is checked against instead of the system's (env "+EnvCAFile+")")
+	f.StringVar(&bf.tls.CAFile, "ca-file", "", "with --url: PEM CA certificates the bus's certificate is checked against instead of the system's")
 	f.StringVar(&bf.tls.CertFile, "cert-file", "", "with --url: PEM client certificate, for a bus that takes mutual TLS")
 	f.StringVar(&bf.tls.KeyFile, "key-file", "", "with --url: PEM private key of --cert-file")
+	readEnv(cmd, "client-id", "client-secret", "ca-file")
 	return cmd
 }
 
@@ -124,8 +125,9 @@ func (bf *benchFlags) apply(cmd *cobra.Command, o *bench.Options) error {
 	if err != nil {
 		return errors.Join(append(errs, err)...)
 	}
-	if bf.clientSecret == "" && bf.token == "" {
-		bf.clientSecret = os.Getenv(EnvClientSecret)
+	if bf.token != "" && !cmd.Flags().Changed("client-secret") {
+		// A secret in the environment does not compete with --token.
+		bf.clientSecret = ""
 	}
 	hc, err := client.NewHTTPClient(bf.tls, 30*time.Second)
 	if err != nil {

@@ -35,3 +35,29 @@ func TestBenchRefusesBadFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestBenchConnectionFromTheEnvironment: bench reads the connection's
+// client id, secret and CA file from the environment as the client
+// commands do; a variable is not a flag given, so without --url it is
+// ignored, and a secret there does not compete with --token.
+func TestBenchConnectionFromTheEnvironment(t *testing.T) {
+	url := "https://bus.example/v1/tenants/newsroom"
+	t.Setenv(EnvClientID, "cms")
+	t.Setenv(EnvCAFile, "/nonexistent/ca.pem")
+	code, _, stderr := run(t, "", "bench", "--rounds", "0")
+	if code != ExitUsage || strings.Contains(stderr, "needs --url") || !strings.Contains(stderr, "rounds must be at least 1") {
+		t.Errorf("without --url: exit %d, %q; want only the --rounds error", code, stderr)
+	}
+	code, _, stderr = run(t, "", "bench", "--url", url)
+	if code != ExitUsage || !strings.Contains(stderr, "--client-id needs --client-secret") || !strings.Contains(stderr, "CA file") {
+		t.Errorf("with --url: exit %d, %q; want the client id and CA file of the environment used", code, stderr)
+	}
+	code, _, stderr = func() (int, string, string) {
+		var out, errb strings.Builder
+		t.Setenv(EnvClientSecret, "secret-from-the-environment")
+		return Execute(t.Context(), []string{"bench", "--url", url, "--token", "t"}, strings.NewReader(""), &out, &errb), out.String(), errb.String()
+	}()
+	if code != ExitUsage || strings.Contains(stderr, "give one") || !strings.Contains(stderr, "CA file") {
+		t.Errorf("--token with a secret in the environment: exit %d, %q; want only the CA file error", code, stderr)
+	}
+}

@@ -72,9 +72,8 @@ func flagsFromEnv(cmd *cobra.Command) error {
 		}
 		if serr != nil {
 			err = usageError{fmt.Errorf("%s=%q: %w", env[0], v, serr)}
-			return
 		}
-		f.Changed = true
+		// f.Changed stays false: it says what the command line gave.
 	})
 	return err
 }
