@@ -16,6 +16,7 @@ type Metrics struct {
 	latency   *prometheus.HistogramVec
 	storeOps  *prometheus.HistogramVec
 	policyErr *prometheus.CounterVec
+	reloads   *prometheus.CounterVec
 	// api counts the other routes' answers: tokens, pulls and acks.
 	api       *prometheus.CounterVec
 	delivered *prometheus.CounterVec
@@ -23,7 +24,8 @@ type Metrics struct {
 }
 
 // NewMetrics registers the bus's metrics, with storybus_build_info and the
-// Go and process collectors, on a fresh registry.
+// Go and process collectors, on a fresh registry. A Metrics serves one
+// Server, which adds its state metrics (metrics_state.go) to it.
 func NewMetrics() *Metrics {
 	m := &Metrics{
 		Registry: prometheus.NewRegistry(),
@@ -45,6 +47,10 @@ func NewMetrics() *Metrics {
 			Name: "storybus_config_reload_errors_total",
 			Help: "Workspace configurations or policies that failed to load; the previous one stays in force.",
 		}, []string{"workspace"}),
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "storybus_config_reloads_total",
+			Help: "Workspace configurations (or TLS key pairs, by file) loaded and put in force after a change.",
+		}, []string{"workspace"}),
 		api: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "storybus_api_requests_total",
 			Help: "Token, consumer pull and ack requests by workspace, route, HTTP status and rule (empty when answered 200).",
@@ -58,7 +64,7 @@ func NewMetrics() *Metrics {
 			Help: "Deliveries answered through the ack route, by workspace, connection and action (ack, nak, in_progress, term).",
 		}, []string{"workspace", "connection", "action"}),
 	}
-	m.Registry.MustRegister(m.requests, m.latency, m.storeOps, m.policyErr, m.api, m.delivered, m.acked,
+	m.Registry.MustRegister(m.requests, m.latency, m.storeOps, m.policyErr, m.reloads, m.api, m.delivered, m.acked,
 		buildinfo.NewCollector(), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

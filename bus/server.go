@@ -138,6 +138,7 @@ func New(o Options) *Server {
 	s.bearerStages, s.iamStages = s.stages(s.authenticate), s.stages(s.authenticateIAM)
 	s.workspaces.Store(&map[string]*workspace{})
 	s.engine = s.routes()
+	s.metrics.Registry.MustRegister(stateCollector{s})
 	return s
 }
 
@@ -360,6 +361,7 @@ func (s *Server) loaded(source, label string, err error) bool {
 	s.rejectedMu.Lock()
 	defer s.rejectedMu.Unlock()
 	if err == nil {
+		s.metrics.reloads.WithLabelValues(label).Inc()
 		delete(s.rejected, source)
 		return false
 	}

@@ -49,6 +49,8 @@ type Options struct {
 	NetworkPolicy NetworkPolicyOptions
 	// Expose are the defaults of the Tenants' spec.expose.
 	Expose ExposeOptions
+	// Monitoring are the defaults of the Tenants' spec.monitoring.
+	Monitoring MonitoringOptions
 	// TrustedProxies are the CIDRs of the trusted proxies of bus pods whose
 	// Tenant sets no spec.trustedProxies.
 	TrustedProxies []string

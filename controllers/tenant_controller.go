@@ -49,13 +49,16 @@ type TenantReconciler struct {
 	// Prober asks ready bus pods which configuration they serve; nil means
 	// an HTTPConfigProber.
 	Prober ConfigProber
-	// Cache is the manager's cache, which the watch of cert-manager
-	// Certificates is added to once they exist.
+	// Cache is the manager's cache, which the watches of cert-manager
+	// Certificates and Prometheus Operator PodMonitors are added to once
+	// they exist.
 	Cache cache.Cache
 	Options
 
 	controller controller.Controller
-	certWatch  tlsWatch
+	certWatch  kindWatch
+	// podMonitorWatch watches PodMonitors once their CRD exists.
+	podMonitorWatch kindWatch
 	// gatewayAPI is true when the cluster served HTTPRoute at setup: the
 	// route is then watched and written.
 	gatewayAPI bool
@@ -153,6 +156,7 @@ func (r *TenantReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ c
 		r.expandVolumes,
 		r.reconcileNetworkPolicy,
 		r.reconcileExpose,
+		r.reconcilePodMonitor,
 		r.observePods,
 	}
 	for _, phase := range phases {

@@ -17,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/source"
@@ -43,10 +42,11 @@ const TLSDir = "/etc/storybus/tls"
 
 const tlsVolume = "tls"
 
-// tlsRecheck is how often the operator looks again for the cert-manager
-// CRDs while a Tenant asks for a Certificate and they are missing: no watch
-// can report their installation.
-const tlsRecheck = 10 * time.Second
+// crdRecheck is how often the operator looks again for the CRDs of a kind
+// a Tenant asks for and the cluster lacks (cert-manager's Certificate, the
+// Prometheus Operator's PodMonitor): no watch can report their
+// installation.
+const crdRecheck = 10 * time.Second
 
 // certificateGVK is cert-manager's Certificate.
 var certificateGVK = schema.GroupVersionKind{Group: "cert-manager.io", Version: "v1", Kind: "Certificate"}
@@ -156,27 +156,39 @@ func desiredCertificate(t *v1alpha1.Tenant, clusterDomain string) *unstructured.
 	return u
 }
 
-// tlsWatch starts the watch of Certificates once, the first time the
-// cert-manager CRDs are seen.
-type tlsWatch struct {
-	once sync.Once
-	err  error
+// kindWatch starts the watch of a kind whose CRDs may be installed after
+// the operator started (cert-manager's Certificates, the Prometheus
+// Operator's PodMonitors), the first time they are seen.
+type kindWatch struct {
+	mu      sync.Mutex
+	started bool
 }
 
-// watchCertificates has c reconcile the Tenant controlling a Certificate
-// whenever it changes.
-func (r *TenantReconciler) watchCertificates(c cache.Cache) error {
-	r.certWatch.once.Do(func() {
-		if r.controller == nil {
-			return
-		}
-		u := &unstructured.Unstructured{}
-		u.SetGroupVersionKind(certificateGVK)
-		r.certWatch.err = r.controller.Watch(source.Kind[client.Object](c, u,
-			handler.EnqueueRequestForOwner(r.Scheme(), r.RESTMapper(), &v1alpha1.Tenant{}, handler.OnlyControllerOwner())))
-	})
-	return r.certWatch.err
+// watchControlled has the controller reconcile the Tenant controlling an
+// object of kind gvk whenever one changes, starting the watch through w
+// unless it started already, and waits until the watch sees every change:
+// an object deleted before that would never be written again.
+func (r *TenantReconciler) watchControlled(ctx context.Context, w *kindWatch, gvk schema.GroupVersionKind) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.started || r.controller == nil {
+		return nil
+	}
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(gvk)
+	src := source.Kind[client.Object](r.Cache, u,
+		handler.EnqueueRequestForOwner(r.Scheme(), r.RESTMapper(), &v1alpha1.Tenant{}, handler.OnlyControllerOwner()))
+	if err := r.controller.Watch(src); err != nil {
+		return err
+	}
+	w.started = true
+	syncCtx, cancel := context.WithTimeout(ctx, watchSyncTimeout)
+	defer cancel()
+	return src.WaitForSync(syncCtx)
 }
+
+// watchSyncTimeout bounds the wait for a new watch's first listing.
+const watchSyncTimeout = 30 * time.Second
 
 // reconcileTLS writes the Certificate of an issuerRef Tenant and records
 // the CertificateReady condition from the Certificate's status or the
@@ -262,15 +274,15 @@ func leafCertificate(chain []byte) (*x509.Certificate, error) {
 func (r *TenantReconciler) certificateCondition(ctx context.Context, s *tenantScope) (metav1.Condition, error) {
 	t := s.tenant
 	if _, err := r.RESTMapper().RESTMapping(certificateGVK.GroupKind(), certificateGVK.Version); meta.IsNoMatchError(err) {
-		if s.requeueAfter == 0 || tlsRecheck < s.requeueAfter {
-			s.requeueAfter = tlsRecheck
+		if s.requeueAfter == 0 || crdRecheck < s.requeueAfter {
+			s.requeueAfter = crdRecheck
 		}
 		return cond(v1alpha1.ConditionCertificateReady, metav1.ConditionFalse, v1alpha1.ReasonCertManagerNotInstalled,
 			"spec.tls.issuerRef needs cert-manager, and its CustomResourceDefinitions (certificates.cert-manager.io/v1) are not installed; install cert-manager or use spec.tls.secretName"), nil
 	} else if err != nil {
 		return metav1.Condition{}, fmt.Errorf("look up certificates.cert-manager.io: %w", err)
 	}
-	if err := r.watchCertificates(r.Cache); err != nil {
+	if err := r.watchControlled(ctx, &r.certWatch, certificateGVK); err != nil {
 		return metav1.Condition{}, fmt.Errorf("watch certificates: %w", err)
 	}
 	name := tlsSecretName(t)

@@ -201,26 +201,32 @@ func TestTenantTLSCertManager(t *testing.T) {
 }
 
 // eventuallyAfterRecheck waits longer than eventually: the operator looks
-// for newly installed CRDs every tlsRecheck.
+// for newly installed CRDs every crdRecheck.
 func eventuallyAfterRecheck(t *testing.T, what string, f func() error) {
 	t.Helper()
-	testutil.Eventually(t, what, 3*tlsRecheck+waitFor, f)
+	testutil.Eventually(t, what, 3*crdRecheck+waitFor, f)
 }
 
 // certManagerDir is the directory of the cert-manager module pinned in
 // hack/tools/cert-manager.
 func certManagerDir(t *testing.T) string {
+	return pinnedModuleDir(t, "cert-manager", "github.com/cert-manager/cert-manager")
+}
+
+// pinnedModuleDir is the directory, in the module cache, of module at the
+// version the tools module hack/tools/<tool> pins.
+func pinnedModuleDir(t *testing.T, tool, module string) string {
 	t.Helper()
-	cmd := exec.Command("go", "mod", "download", "-json", "github.com/cert-manager/cert-manager")
-	cmd.Dir = filepath.Join("..", "hack", "tools", "cert-manager")
+	cmd := exec.Command("go", "mod", "download", "-json", module)
+	cmd.Dir = filepath.Join("..", "hack", "tools", tool)
 	cmd.Env = append(cmd.Environ(), "GOWORK=off", "GOFLAGS=-mod=readonly")
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("go mod download cert-manager: %v", err)
+		t.Fatalf("go mod download %s: %v", module, err)
 	}
 	var m struct{ Dir, Error string }
 	if err := json.Unmarshal(out, &m); err != nil || m.Dir == "" {
-		t.Fatalf("go mod download cert-manager: %s (%v)", out, err)
+		t.Fatalf("go mod download %s: %s (%v)", module, out, err)
 	}
 	return m.Dir
 }

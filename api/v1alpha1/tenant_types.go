@@ -139,6 +139,11 @@ type TenantSpec struct {
 	// +listType=atomic
 	// +optional
 	TrustedProxies []string `json:"trustedProxies,omitempty"`
+
+	// Monitoring says how Prometheus finds the bus pods: a PodMonitor of
+	// the Prometheus Operator.
+	// +optional
+	Monitoring *TenantMonitoring `json:"monitoring,omitempty"`
 }
 
 // TenantTemplate customises the objects the operator makes for a Tenant.

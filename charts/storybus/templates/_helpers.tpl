@@ -87,3 +87,15 @@ watchNamespace together, without duplicates. Empty means every namespace.
 {{- $l := concat (.Values.watchNamespaces | default list) (compact (list .Values.watchNamespace)) | uniq }}
 {{- join "," $l }}
 {{- end }}
+
+{{/*
+A map as key=value pairs, comma-separated and sorted: the form of the
+operator's map flags (--pod-monitor-labels).
+*/}}
+{{- define "storybus.keyValues" -}}
+{{- $l := list }}
+{{- range $k, $v := . }}
+{{- $l = append $l (printf "%s=%s" $k $v) }}
+{{- end }}
+{{- join "," $l }}
+{{- end }}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"regexp"
 	"strings"
 
 	"github.com/go-logr/logr"
@@ -73,8 +74,14 @@ type OperatorOptions struct {
 	// TrustedProxies are the CIDRs of the trusted proxies of Tenants that
 	// set no spec.trustedProxies.
 	TrustedProxies []string
-	LogFormat      string
-	LogLevel       string
+	// PodMonitor writes a Prometheus Operator PodMonitor for every Tenant
+	// that does not say (spec.monitoring.podMonitor.enabled), with
+	// PodMonitorInterval and PodMonitorLabels unless the Tenant sets its own.
+	PodMonitor         bool
+	PodMonitorInterval string
+	PodMonitorLabels   map[string]string
+	LogFormat          string
+	LogLevel           string
 }
 
 func (o *OperatorOptions) bind(cmd *cobra.Command) {
@@ -102,6 +109,9 @@ func (o *OperatorOptions) bind(cmd *cobra.Command) {
 	f.StringVar(&o.OperatorNamespace, "operator-namespace", "", "the operator's own namespace, whose pods may reach the bus pods' operations port too")
 	f.StringVar(&o.ExposeGateway, "expose-gateway", "", "the platform's Gateway (namespace/name) that the HTTPRoute of a Tenant whose spec.expose.gateway names no parentRefs attaches to")
 	f.StringSliceVar(&o.TrustedProxies, "trusted-proxies", nil, "CIDRs of the proxies (the Gateway's or ingress controller's pods) whose X-Forwarded-For the bus pods of Tenants that set no spec.trustedProxies believe; empty trusts none")
+	f.BoolVar(&o.PodMonitor, "pod-monitor", false, "write a Prometheus Operator PodMonitor scraping the bus pods of every Tenant that does not set spec.monitoring.podMonitor.enabled (where the cluster serves monitoring.coreos.com/v1 PodMonitor)")
+	f.StringVar(&o.PodMonitorInterval, "pod-monitor-interval", "", "scrape interval of the PodMonitors of Tenants that set none, e.g. 30s; empty leaves it to Prometheus")
+	f.StringToStringVar(&o.PodMonitorLabels, "pod-monitor-labels", nil, "labels of every PodMonitor, those the platform's Prometheus selects PodMonitors by, e.g. release=kube-prometheus-stack")
 	bindLogFlags(cmd, &o.LogFormat, &o.LogLevel)
 }
 
@@ -139,6 +149,10 @@ func (o *OperatorOptions) busResources() (corev1.ResourceRequirements, error) {
 	return rr, nil
 }
 
+// scrapeInterval is what a PodMonitor's interval may be (the pattern of
+// Tenant spec.monitoring.podMonitor.interval), or empty.
+var scrapeInterval = regexp.MustCompile(`^$|^(0|(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$`)
+
 func (o *OperatorOptions) validate() error {
 	if _, err := o.busResources(); err != nil {
 		return err
@@ -160,6 +174,14 @@ func (o *OperatorOptions) validate() error {
 	for _, c := range o.TrustedProxies {
 		if _, err := netip.ParsePrefix(c); err != nil {
 			return usageError{fmt.Errorf("--trusted-proxies: %q is not a CIDR such as 10.0.0.0/8", c)}
+		}
+	}
+	if !scrapeInterval.MatchString(o.PodMonitorInterval) {
+		return usageError{fmt.Errorf("--pod-monitor-interval: %q is not a duration such as 30s or 1m30s", o.PodMonitorInterval)}
+	}
+	for k, v := range o.PodMonitorLabels {
+		if errs := append(validation.IsQualifiedName(k), validation.IsValidLabelValue(v)...); len(errs) > 0 {
+			return usageError{fmt.Errorf("--pod-monitor-labels: %s=%s: %s", k, v, strings.Join(errs, "; "))}
 		}
 	}
 	return validateLogFlags(o.LogFormat, o.LogLevel)
@@ -298,6 +320,7 @@ func RunOperator(ctx context.Context, o OperatorOptions, cfg *rest.Config, log l
 		ClusterDomain:   o.ClusterDomain,
 		NetworkPolicy:   np,
 		WatchNamespaces: o.WatchNamespaces,
+		Monitoring:      controllers.MonitoringOptions{PodMonitor: o.PodMonitor, Interval: o.PodMonitorInterval, Labels: o.PodMonitorLabels},
 	}); err != nil {
 		return err
 	}

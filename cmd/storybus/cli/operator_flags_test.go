@@ -83,6 +83,27 @@ func TestExposeGatewayFlag(t *testing.T) {
 	}
 }
 
+// TestPodMonitorFlags: --pod-monitor-interval is a Prometheus duration
+// and --pod-monitor-labels are valid labels; anything else is a usage
+// error naming the flag.
+func TestPodMonitorFlags(t *testing.T) {
+	valid := OperatorOptions{MaxConcurrentReconciles: 1, LogFormat: "json", LogLevel: "info",
+		PodMonitorInterval: "1m30s", PodMonitorLabels: map[string]string{"release": "kube-prometheus-stack"}}
+	if err := valid.validate(); err != nil {
+		t.Fatal(err)
+	}
+	var ue usageError
+	for flag, o := range map[string]OperatorOptions{
+		"--pod-monitor-interval": {PodMonitorInterval: "30 seconds"},
+		"--pod-monitor-labels":   {PodMonitorLabels: map[string]string{"release": "not a label value"}},
+	} {
+		o.MaxConcurrentReconciles, o.LogFormat, o.LogLevel = 1, "json", "info"
+		if err := o.validate(); !errors.As(err, &ue) || !strings.Contains(err.Error(), flag) {
+			t.Errorf("validate: %v, want a usage error naming %s", err, flag)
+		}
+	}
+}
+
 // TestQuietStop: an error caused by the stop is INFO once the stop began,
 // and stays an ERROR before it; other errors stay ERRORs.
 func TestQuietStop(t *testing.T) {

@@ -312,6 +312,9 @@ func serverTLS(ctx context.Context, o ServeOptions, srv *bus.Server, log *slog.L
 			return nil, err
 		}
 	}
+	if err := srv.ServeCertificate(pair.Leaf); err != nil {
+		return nil, err
+	}
 	err = pair.Watch(ctx, func(err error) {
 		srv.KeyPairLoaded(o.TLSCertFile, err)
 		if err == nil {

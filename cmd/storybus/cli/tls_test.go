@@ -260,6 +260,14 @@ func TestServeTLSReloadsTheKeyPair(t *testing.T) {
 	testutil.EventuallyTrue(t, "new connections get the renewed certificate", 10*time.Second, func() bool {
 		return b.servedSerial(t).Cmp(serialOf(t, renewed)) == 0
 	})
+	// The expiry metric follows the certificate in use.
+	renewedLeaf, err := tls.X509KeyPair(renewed.CertPEM, renewed.KeyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.opsContains("/metrics", fmt.Sprintf("storybus_tls_certificate_expiry_timestamp_seconds %g\n", float64(renewedLeaf.Leaf.NotAfter.Unix()))); err != nil {
+		t.Fatal(err)
+	}
 	res := call()
 	if len(reused) != 2 || !reused[1] {
 		t.Fatalf("the keep-alive connection was not reused after the renewal: %v", reused)

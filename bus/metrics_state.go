@@ -1,0 +1,158 @@
+package bus
+
+import (
+	"context"
+	"crypto/x509"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/storybus/storybus/bus/config"
+	"github.com/storybus/storybus/bus/store"
+)
+
+// The bus's state metrics are read when /metrics is scraped, not counted
+// as requests pass: whether the bus is ready, which configurations are
+// rejected, each durable consumer's backlog and each connection's use of
+// its daily quota. The backlog and the quota live in JetStream, shared by
+// every replica of a workspace, so every replica reports the same values:
+// aggregate them with max, not sum.
+var (
+	readyDesc = prometheus.NewDesc("storybus_bus_ready",
+		"1 when the bus can serve (its /readyz answers 200): the store answers and a workspace is configured; 0 otherwise.", nil, nil)
+	rejectedDesc = prometheus.NewDesc("storybus_config_rejected",
+		"1 while the last load of a workspace configuration (or TLS key pair, by file) failed and the previous one stays in force.",
+		[]string{"workspace"}, nil)
+	pendingDesc = prometheus.NewDesc("storybus_consumer_pending_messages",
+		"Messages on the workspace's topic that a durable consumer has not been delivered yet (JetStream's num_pending), by consumer and the connection owning it (empty for a consumer not made by the HTTP API).",
+		[]string{"workspace", "consumer", "connection"}, nil)
+	ackPendingDesc = prometheus.NewDesc("storybus_consumer_ack_pending_messages",
+		"Messages delivered to a durable consumer and not acknowledged yet (JetStream's num_ack_pending).",
+		[]string{"workspace", "consumer", "connection"}, nil)
+	quotaDesc = prometheus.NewDesc("storybus_connection_daily_quota_messages",
+		"A connection's daily quota of accepted messages (UTC day), for connections that have one.",
+		[]string{"workspace", "connection"}, nil)
+	quotaUsedDesc = prometheus.NewDesc("storybus_connection_daily_quota_used_messages",
+		"Messages accepted today (UTC) from a connection that has a daily quota, counted across every replica.",
+		[]string{"workspace", "connection"}, nil)
+	certExpiryDesc = prometheus.NewDesc("storybus_tls_certificate_expiry_timestamp_seconds",
+		"When the publish port's TLS certificate in use expires, in seconds since the Unix epoch; absent without TLS.", nil, nil)
+)
+
+// collectTimeout bounds the store reads of one scrape, well inside
+// Prometheus's default scrape timeout of 10s.
+const collectTimeout = 5 * time.Second
+
+// stateCollector reads the server's state metrics when scraped.
+type stateCollector struct{ s *Server }
+
+// Describe implements prometheus.Collector.
+func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{readyDesc, rejectedDesc, pendingDesc, ackPendingDesc, quotaDesc, quotaUsedDesc} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector. A workspace whose store cannot
+// be read in time is left out of this scrape, and logged.
+func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), collectTimeout)
+	defer cancel()
+	s := c.s
+	ready := 0.0
+	if s.Ready(ctx) == nil {
+		ready = 1
+	}
+	ch <- prometheus.MustNewConstMetric(readyDesc, prometheus.GaugeValue, ready)
+	for label := range s.ConfigErrors() {
+		ch <- prometheus.MustNewConstMetric(rejectedDesc, prometheus.GaugeValue, 1, label)
+	}
+	workspaces := *s.workspaces.Load()
+	for _, id := range slices.Sorted(maps.Keys(workspaces)) {
+		ws := workspaces[id]
+		if err := s.collectConsumers(ctx, ws, ch); err != nil {
+			s.log.Warn("consumer metrics unavailable", "workspace", id, "error", err)
+		}
+		if err := s.collectQuotas(ctx, ws, ch); err != nil {
+			s.log.Warn("quota metrics unavailable", "workspace", id, "error", err)
+		}
+	}
+}
+
+// collectConsumers reports the backlog of every durable consumer on the
+// workspace's topic: the HTTP API's and those of NATS clients alike.
+func (s *Server) collectConsumers(ctx context.Context, ws *workspace, ch chan<- prometheus.Metric) error {
+	topic, err := s.opts.Store.JS.Stream(ctx, store.StreamName(ws.id))
+	if err != nil {
+		return err
+	}
+	list := topic.ListConsumers(ctx)
+	for info := range list.Info() {
+		if info.Config.Durable == "" {
+			continue // an ephemeral consumer's name is random: unbounded labels
+		}
+		conn := info.Config.Metadata[ConsumerMetadataConnection]
+		ch <- prometheus.MustNewConstMetric(pendingDesc, prometheus.GaugeValue, float64(info.NumPending), ws.id, info.Name, conn)
+		ch <- prometheus.MustNewConstMetric(ackPendingDesc, prometheus.GaugeValue, float64(info.NumAckPending), ws.id, info.Name, conn)
+	}
+	return list.Err()
+}
+
+// collectQuotas reports the daily quota and today's use of every
+// connection that has one.
+func (s *Server) collectQuotas(ctx context.Context, ws *workspace, ch chan<- prometheus.Metric) error {
+	cfg := ws.cfg.Load()
+	var quoted []config.Connection
+	for _, conn := range cfg.Connections {
+		if effectiveLimits(cfg, conn).DailyQuota > 0 {
+			quoted = append(quoted, conn)
+		}
+	}
+	if len(quoted) == 0 {
+		return nil
+	}
+	l, err := s.limiter(ws)
+	if err != nil {
+		return err
+	}
+	for _, conn := range quoted {
+		u, err := l.Usage(ctx, conn.Name)
+		if err != nil {
+			return err
+		}
+		ch <- prometheus.MustNewConstMetric(quotaDesc, prometheus.GaugeValue, float64(effectiveLimits(cfg, conn).DailyQuota), ws.id, conn.Name)
+		ch <- prometheus.MustNewConstMetric(quotaUsedDesc, prometheus.GaugeValue, float64(u.Accepted), ws.id, conn.Name)
+	}
+	return nil
+}
+
+// effectiveLimits are the connection's limits as policy/rego/limits.rego
+// decides them: its own when it sets any, else the workspace's defaults.
+func effectiveLimits(cfg *config.Workspace, conn config.Connection) config.Limits {
+	if conn.Limits != nil {
+		return *conn.Limits
+	}
+	return cfg.Limits
+}
+
+// certificateCollector reports the expiry of the publish port's
+// certificate in use.
+type certificateCollector struct{ leaf func() *x509.Certificate }
+
+// Describe implements prometheus.Collector.
+func (c certificateCollector) Describe(ch chan<- *prometheus.Desc) { ch <- certExpiryDesc }
+
+// Collect implements prometheus.Collector.
+func (c certificateCollector) Collect(ch chan<- prometheus.Metric) {
+	ch <- prometheus.MustNewConstMetric(certExpiryDesc, prometheus.GaugeValue, float64(c.leaf().NotAfter.Unix()))
+}
+
+// ServeCertificate reports, as storybus_tls_certificate_expiry_timestamp_seconds,
+// the expiry of the certificate leaf returns: the publish port's, read at
+// every scrape so that a reloaded pair is reported at once. Call it once,
+// when the server serves TLS.
+func (s *Server) ServeCertificate(leaf func() *x509.Certificate) error {
+	return s.metrics.Registry.Register(certificateCollector{leaf: leaf})
+}

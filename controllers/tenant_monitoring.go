@@ -1,0 +1,148 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"maps"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/storybus/storybus/api/v1alpha1"
+)
+
+// A Tenant's bus pods are scraped through a PodMonitor of the Prometheus
+// Operator, named like the bus and controlled by the Tenant, when the
+// Tenant or the operator's --pod-monitor asks for one. Like cert-manager's
+// Certificate, it is written as an unstructured object: the operator needs
+// none of the Prometheus Operator's Go packages and starts in clusters
+// without its CRDs. It asks the RESTMapper whether the cluster serves
+// PodMonitor, reports PrometheusOperatorNotInstalled while it does not,
+// and starts watching PodMonitors the first time it does.
+//
+// +kubebuilder:rbac:groups=monitoring.coreos.com,resources=podmonitors,verbs=get;list;watch;create;update;patch;delete
+
+// podMonitorGVK is the Prometheus Operator's PodMonitor.
+var podMonitorGVK = schema.GroupVersionKind{Group: "monitoring.coreos.com", Version: "v1", Kind: "PodMonitor"}
+
+// BusScrapeJob is the job label of the bus pods' scrapes, whichever
+// PodMonitor found them: the alerts and the dashboard select by it.
+const BusScrapeJob = "storybus-bus"
+
+// MonitoringOptions are the defaults of the Tenants' spec.monitoring.
+type MonitoringOptions struct {
+	// PodMonitor writes a PodMonitor for every Tenant that does not say.
+	PodMonitor bool
+	// Interval is the scrape interval of Tenants that set none; empty
+	// leaves it to Prometheus.
+	Interval string
+	// Labels are on every PodMonitor, under the Tenant's own.
+	Labels map[string]string
+}
+
+// reconcilePodMonitor writes or removes the Tenant's PodMonitor and
+// records the Monitored condition.
+func (r *TenantReconciler) reconcilePodMonitor(ctx context.Context, s *tenantScope) error {
+	t := s.tenant
+	want := t.PodMonitorEnabled(r.Monitoring.PodMonitor)
+	_, err := r.RESTMapper().RESTMapping(podMonitorGVK.GroupKind(), podMonitorGVK.Version)
+	switch {
+	case meta.IsNoMatchError(err):
+		if !want {
+			meta.RemoveStatusCondition(&t.Status.Conditions, v1alpha1.ConditionMonitored)
+			return nil
+		}
+		if s.requeueAfter == 0 || crdRecheck < s.requeueAfter {
+			s.requeueAfter = crdRecheck
+		}
+		c := cond(v1alpha1.ConditionMonitored, metav1.ConditionFalse, v1alpha1.ReasonPrometheusOperatorNotInstalled,
+			"a PodMonitor is wanted, and the Prometheus Operator's CustomResourceDefinitions (podmonitors.monitoring.coreos.com/v1) are not installed")
+		c.ObservedGeneration = t.Generation
+		meta.SetStatusCondition(&t.Status.Conditions, c)
+		return nil
+	case err != nil:
+		return fmt.Errorf("look up podmonitors.monitoring.coreos.com: %w", err)
+	}
+	if err := r.watchControlled(ctx, &r.podMonitorWatch, podMonitorGVK); err != nil {
+		return fmt.Errorf("watch podmonitors: %w", err)
+	}
+	cur := &unstructured.Unstructured{}
+	cur.SetGroupVersionKind(podMonitorGVK)
+	if !want {
+		meta.RemoveStatusCondition(&t.Status.Conditions, v1alpha1.ConditionMonitored)
+		return r.deleteControlled(ctx, t, cur)
+	}
+	if err := r.checkOwnership(ctx, s, "PodMonitor", busName(t), cur); err != nil {
+		return err
+	}
+	if err := r.apply(ctx, client.ApplyConfigurationFromUnstructured(desiredPodMonitor(t, r.Monitoring)), "podmonitor"); err != nil {
+		return err
+	}
+	c := cond(v1alpha1.ConditionMonitored, metav1.ConditionTrue, v1alpha1.ReasonPodMonitorWritten,
+		"PodMonitor %s scrapes the bus pods' /metrics", busName(t))
+	c.ObservedGeneration = t.Generation
+	meta.SetStatusCondition(&t.Status.Conditions, c)
+	return nil
+}
+
+// desiredPodMonitor scrapes /metrics on the operations port of the
+// Tenant's bus pods, every pod whether ready or not (a bus that is not
+// ready says why in its metrics), as job storybus-bus with the Tenant's
+// name as the tenant label.
+func desiredPodMonitor(t *v1alpha1.Tenant, o MonitoringOptions) *unstructured.Unstructured {
+	labels := map[string]any{}
+	interval := o.Interval
+	userLabels := maps.Clone(o.Labels)
+	if m := t.Spec.Monitoring; m != nil && m.PodMonitor != nil {
+		if m.PodMonitor.Interval != "" {
+			interval = m.PodMonitor.Interval
+		}
+		if userLabels == nil {
+			userLabels = map[string]string{}
+		}
+		maps.Copy(userLabels, m.PodMonitor.Labels)
+	}
+	for k, v := range userLabels {
+		labels[k] = v
+	}
+	// The operator's own labels win: it finds its objects by them.
+	for k, v := range tenantLabels(t) {
+		labels[k] = v
+	}
+	selector := map[string]any{}
+	for k, v := range selectorLabels(t) {
+		selector[k] = v
+	}
+	endpoint := map[string]any{
+		"port":   opsPortName,
+		"path":   "/metrics",
+		"scheme": "http",
+		"relabelings": []any{
+			map[string]any{"action": "replace", "targetLabel": "job", "replacement": BusScrapeJob},
+			map[string]any{"action": "replace", "sourceLabels": []any{"__meta_kubernetes_pod_label_app_kubernetes_io_instance"}, "targetLabel": "tenant"},
+		},
+	}
+	if interval != "" {
+		endpoint["interval"] = interval
+	}
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"metadata": map[string]any{
+			"name":      busName(t),
+			"namespace": t.Namespace,
+			"labels":    labels,
+			"ownerReferences": []any{map[string]any{
+				"apiVersion": v1alpha1.GroupVersion.String(), "kind": "Tenant", "name": t.Name, "uid": string(t.UID),
+				"controller": true, "blockOwnerDeletion": true,
+			}},
+		},
+		"spec": map[string]any{
+			"selector":            map[string]any{"matchLabels": selector},
+			"podMetricsEndpoints": []any{endpoint},
+		},
+	}}
+	u.SetGroupVersionKind(podMonitorGVK)
+	return u
+}
