@@ -89,11 +89,16 @@ var families = []string{som.FamilyStoryContext, som.FamilyStoryEvent, som.Family
 // Delivery is one message of a pull answer. Message is the SOM message
 // exactly as it was accepted.
 type Delivery struct {
-	MessageID   string          `json:"message_id"`
-	MessageType string          `json:"message_type"`
-	Family      string          `json:"family"`
-	AckID       string          `json:"ack_id"`
-	Delivery    uint64          `json:"delivery"`
+	MessageID   string `json:"message_id"`
+	MessageType string `json:"message_type"`
+	Family      string `json:"family"`
+	AckID       string `json:"ack_id"`
+	Delivery    uint64 `json:"delivery"`
+	// Traceparent and Tracestate are the W3C trace context the message
+	// was published in, when its request had one: a consumer continues
+	// that trace.
+	Traceparent string          `json:"traceparent,omitempty"`
+	Tracestate  string          `json:"tracestate,omitempty"`
 	Message     json.RawMessage `json:"message"`
 }
 
@@ -540,6 +545,8 @@ func delivery(m jetstream.Msg) (Delivery, bool) {
 		Family:      family,
 		AckID:       base64.RawURLEncoding.EncodeToString([]byte(m.Reply())),
 		Delivery:    meta.NumDelivered,
+		Traceparent: m.Headers().Get(traceparentHeader),
+		Tracestate:  m.Headers().Get(tracestateHeader),
 		Message:     raw,
 	}, true
 }
@@ -551,7 +558,16 @@ type deliveryHead struct {
 	Family      string `json:"family"`
 	AckID       string `json:"ack_id"`
 	Delivery    uint64 `json:"delivery"`
+	Traceparent string `json:"traceparent,omitempty"`
+	Tracestate  string `json:"tracestate,omitempty"`
 }
+
+// The headers of a topic message that hold the trace context it was
+// published in.
+const (
+	traceparentHeader = "traceparent"
+	tracestateHeader  = "tracestate"
+)
 
 // writeDeliveries answers a pull. The messages are written byte for byte
 // as accepted, which encoding a json.RawMessage would not do (it compacts).
@@ -562,7 +578,7 @@ func writeDeliveries(c *gin.Context, ds []Delivery) {
 		if i > 0 {
 			buf.WriteByte(',')
 		}
-		head, err := json.Marshal(deliveryHead{d.MessageID, d.MessageType, d.Family, d.AckID, d.Delivery})
+		head, err := json.Marshal(deliveryHead{d.MessageID, d.MessageType, d.Family, d.AckID, d.Delivery, d.Traceparent, d.Tracestate})
 		if err != nil {
 			busUnavailable(c)
 			return

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/storybus/storybus/bus/auth"
 	"github.com/storybus/storybus/bus/config"
@@ -91,7 +92,11 @@ func refused(vs ...rules.Violation) outcome { return outcome{refusals: vs} }
 func runStages(r *request, stages []stage) bool {
 	defer noteRequest(r)
 	for _, st := range stages {
+		_, span := startSpan(r.c.Request.Context(), st.name)
 		out := st.run(r)
+		if span != nil {
+			endStageSpan(span, out)
+		}
 		switch {
 		case out.answered:
 			return false
@@ -142,12 +147,19 @@ func (s *Server) publishWith(c *gin.Context, stages []stage) {
 		refuse(c, 0, rules.New(rules.MessageNotJSON, "the message cannot be canonicalised: "+err.Error(), ""))
 		return
 	}
+	ctx, span := startSpan(ctx, "publish core")
 	out := ws.core.Publish(ctx, publish.Input{
 		Msg:      req.msg,
 		Hash:     hash,
 		Warnings: req.warnings,
 		Policy:   s.workspacePolicy(ctx, req),
 	})
+	if span != nil {
+		if out.Refusal != nil {
+			span.SetAttributes(attribute.String("storybus.rule", out.Refusal.Rule))
+		}
+		span.End()
+	}
 	switch {
 	case out.Abandoned:
 		panic(http.ErrAbortHandler)

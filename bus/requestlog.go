@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // RequestIDHeader carries a request's id. Every answer on the publish port
@@ -50,7 +51,10 @@ func newRequestID() string {
 // knows them. It travels in the request's context, where the log handler
 // and the access log find it.
 type exchange struct {
-	id         string
+	id string
+	// traceID is the request's trace, when the bus traces or the producer
+	// sent a traceparent; empty otherwise.
+	traceID    string
 	connection string
 	messageID  string
 	storyID    string
@@ -91,36 +95,56 @@ func (s *Server) track(c *gin.Context) {
 		id = newRequestID()
 	}
 	x := &exchange{id: id}
-	c.Request = c.Request.WithContext(context.WithValue(c.Request.Context(), exchangeKey{}, x))
+	ctx, span := s.startRequestSpan(withProducerTrace(c.Request.Context(), c.Request), c)
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+		x.traceID = sc.TraceID().String()
+	}
+	c.Request = c.Request.WithContext(context.WithValue(ctx, exchangeKey{}, x))
 	c.Header(RequestIDHeader, id)
-	if s.access != nil {
-		defer s.accessLog(c, x, start)
+	if s.access != nil || span != nil {
+		defer s.finish(c, x, start, span)
 	}
 	c.Next()
 }
 
-// accessLog writes a request's access log line. It names what on-call
-// needs to find the request (its id, workspace, connection, message and
-// story) and how it was answered, and never a header, a token, a secret or
-// a body.
-func (s *Server) accessLog(c *gin.Context, x *exchange, start time.Time) {
-	status := "aborted"
+// finish writes a request's access log line and ends its span, once it is
+// answered or abandoned.
+func (s *Server) finish(c *gin.Context, x *exchange, start time.Time, span trace.Span) {
+	status := 0
 	if c.Writer.Written() {
-		status = strconv.Itoa(c.Writer.Status())
+		status = c.Writer.Status()
 	}
 	rule, _ := c.Get(ctxRule)
 	r, _ := rule.(string)
+	if span != nil {
+		endRequestSpan(span, x, status, r)
+	}
+	if s.access != nil {
+		s.accessLog(c, x, start, status, r)
+	}
+}
+
+// accessLog writes a request's access log line. It names what on-call
+// needs to find the request (its id, workspace, connection, message and
+// story, and its trace when there is one) and how it was answered, and
+// never a header, a token, a secret or a body.
+func (s *Server) accessLog(c *gin.Context, x *exchange, start time.Time, status int, rule string) {
+	answered := "aborted"
+	if status != 0 {
+		answered = strconv.Itoa(status)
+	}
 	s.access.LogAttrs(c.Request.Context(), slog.LevelInfo, "request",
 		slog.String("requestID", x.id),
 		slog.String("workspace", c.Param("tenant")),
 		slog.String("connection", x.connection),
 		slog.String("route", routeName(c)),
-		slog.String("status", status),
-		slog.String("rule", r),
+		slog.String("status", answered),
+		slog.String("rule", rule),
 		slog.String("messageID", x.messageID),
 		slog.String("storyID", x.storyID),
 		slog.Float64("latencyMs", float64(time.Since(start).Microseconds())/1000),
 		slog.String("clientAddress", clientAddress(c)),
+		slog.String("traceID", x.traceID),
 	)
 }
 
@@ -142,14 +166,18 @@ func routeName(c *gin.Context) string {
 	return "unknown"
 }
 
-// requestIDs is a log handler that adds the request id to every line
-// logged with the context of a request on the publish port.
+// requestIDs is a log handler that adds the request id, and the trace id
+// when there is one, to every line logged with the context of a request on
+// the publish port.
 type requestIDs struct{ slog.Handler }
 
 // Handle implements slog.Handler.
 func (h requestIDs) Handle(ctx context.Context, r slog.Record) error {
 	if x := exchangeOf(ctx); x != nil {
 		r.AddAttrs(slog.String("requestID", x.id))
+		if x.traceID != "" {
+			r.AddAttrs(slog.String("traceID", x.traceID))
+		}
 	}
 	return h.Handler.Handle(ctx, r)
 }

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"net/netip"
 	"strings"
 	"testing"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/storybus/storybus/bus"
 	"github.com/storybus/storybus/bus/rules"
+	"github.com/storybus/storybus/internal/openapitest"
 	"github.com/storybus/storybus/internal/storetest"
 	"github.com/storybus/storybus/internal/testutil"
 )
@@ -55,8 +55,7 @@ func loggedHarness(t *testing.T, access bool, o bus.Options) (*harness, *logBuff
 	if err := h.srv.Apply(context.Background(), workspaceConfig("newsroom")); err != nil {
 		t.Fatal(err)
 	}
-	h.http = httptest.NewServer(h.srv.Handler())
-	t.Cleanup(h.http.Close)
+	h.http, h.api = openapitest.Serve(t, openapitest.PublishPort, h.srv.Handler())
 	return h, logs
 }
 

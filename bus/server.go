@@ -22,6 +22,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/storybus/storybus/bus/auth"
 	"github.com/storybus/storybus/bus/config"
@@ -72,6 +73,11 @@ type Options struct {
 	// Logger receives the bus's log lines; those about a request carry its
 	// requestID.
 	Logger *slog.Logger
+	// TracerProvider, when set, traces every request on the publish port
+	// (a server span, a span per stage, client spans for the publish
+	// core's store operations); nil traces nothing, but a producer's
+	// traceparent still reaches the published message's headers.
+	TracerProvider trace.TracerProvider
 	// AccessLog, when set, receives one line per request on the publish
 	// port, at info level (see Server.accessLog); nil writes none.
 	AccessLog *slog.Logger
@@ -85,6 +91,7 @@ type Server struct {
 	consumers  ConsumerLimits
 	log        *slog.Logger
 	access     *slog.Logger
+	tracer     trace.Tracer // nil when tracing is off
 	metrics    *Metrics
 	mu         sync.Mutex // serialises Apply
 	workspaces atomic.Pointer[map[string]*workspace]
@@ -128,6 +135,9 @@ func New(o Options) *Server {
 	}
 	log := slog.New(requestIDs{o.Logger.Handler()})
 	s := &Server{opts: o, attempts: DefaultTokenAttempts, log: log, access: o.AccessLog, metrics: o.Metrics, tokens: auth.NewCache(maxCachedTokens)}
+	if o.TracerProvider != nil {
+		s.tracer = o.TracerProvider.Tracer(TracerName)
+	}
 	if o.TokenAttempts != nil {
 		s.attempts = *o.TokenAttempts
 	}
@@ -171,10 +181,20 @@ func (s *Server) Apply(ctx context.Context, cfg *config.Workspace) error {
 	if err != nil {
 		return err
 	}
+	// Published messages carry the request's trace context for their
+	// consumers; with tracing on, every store operation is a span too.
+	var pub publish.Publisher = s.opts.Store.JS
+	if s.opts.Publisher != nil {
+		pub = s.opts.Publisher
+	}
+	pub = store.TracePublisher(pub, s.opts.TracerProvider)
+	if s.opts.TracerProvider != nil {
+		sw = sw.Traced(s.opts.TracerProvider)
+	}
 	ws := &workspace{id: cfg.ID, policy: engine, core: publish.New(sw, s.opts.Store.JS, publish.Options{
 		StoreClock: s.opts.StoreClock,
 		Faults:     s.opts.Faults,
-		Publisher:  s.opts.Publisher,
+		Publisher:  pub,
 		Logger:     s.log,
 		Observe:    s.metrics.storeObserver(cfg.ID),
 	})}

@@ -15,6 +15,10 @@ import (
 	"testing"
 	"time"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/storybus/storybus/bus/rules"
 	"github.com/storybus/storybus/client"
 )
@@ -459,5 +463,55 @@ func TestDedupFileSurvivesARestart(t *testing.T) {
 	d = reopen()
 	if !d.Seen("id-19") || !d.Seen("id-17") || d.Seen("id-16") || d.Seen("c") || d.Seen("two") || d.Len() != 3 {
 		t.Fatal("the rewritten file does not hold the newest ids")
+	}
+}
+
+// A message published inside a trace is handled inside the same trace:
+// the client sends the caller's traceparent, the bus keeps it in the
+// message's headers and the pull API returns it, and the consumer's
+// handler span is a child of the producer's span.
+func TestConsumerContinuesTheProducersTrace(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	b := newTestBus(t)
+	s := newSetup(t, b.URL, b.clock)
+	ctx, producer := tp.Tracer("cms").Start(context.Background(), "share story")
+	m := snapshot(t, "", "story-traced", 1, "draft")
+	if _, err := s.client.Publish(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	producer.End()
+	c, err := client.NewConsumer(client.ConsumerOptions{
+		URL: b.URL, Workspace: workspaceID, Name: "traced", Wait: time.Second, TracerProvider: tp,
+		Tokens: &client.ClientCredentials{URL: b.URL, Workspace: workspaceID, ClientID: "reader", ClientSecret: readerSecret},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var inHandler trace.SpanContext
+	if err := c.Run(runCtx, func(ctx context.Context, d client.Delivery) error {
+		if d.MessageID == m.ID() {
+			inHandler = trace.SpanContextFromContext(ctx)
+			cancel()
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	want := producer.SpanContext()
+	if inHandler.TraceID() != want.TraceID() {
+		t.Fatalf("handler in trace %s, producer in %s", inHandler.TraceID(), want.TraceID())
+	}
+	var handled []tracetest.SpanStub
+	for _, s := range exp.GetSpans() {
+		if s.Name == "handle story-context" {
+			handled = append(handled, s)
+		}
+	}
+	if len(handled) != 1 || handled[0].Parent.SpanID() != want.SpanID() || handled[0].SpanKind != trace.SpanKindConsumer {
+		t.Fatalf("handler spans %+v, want one child of the producer's span %s", handled, want.SpanID())
 	}
 }

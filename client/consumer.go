@@ -11,6 +11,12 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // ConsumerOptions configure a Consumer.
@@ -48,6 +54,12 @@ type ConsumerOptions struct {
 	// OnError, when set, is told of every failed pull, acknowledgement and
 	// handler call that Run carries on after.
 	OnError func(error)
+	// TracerProvider starts the span of every handler call, a child of the
+	// trace the message was published in (Delivery.Traceparent); default
+	// OpenTelemetry's global provider, which traces nothing until the
+	// program installs one. The handler's context carries the message's
+	// trace context either way.
+	TracerProvider trace.TracerProvider
 }
 
 // Delivery is one delivered message.
@@ -60,6 +72,10 @@ type Delivery struct {
 	// Delivery counts the deliveries of the message to this consumer: 2
 	// and more are redeliveries.
 	Delivery int `json:"delivery"`
+	// Traceparent and Tracestate are the W3C trace context the message
+	// was published in, when its producer or the bus traced it.
+	Traceparent string `json:"traceparent,omitempty"`
+	Tracestate  string `json:"tracestate,omitempty"`
 	// Message is the SOM message exactly as the bus accepted it.
 	Message json.RawMessage `json:"message"`
 }
@@ -74,6 +90,7 @@ type Consumer struct {
 	dedup   *Dedup
 	query   string
 	timeout time.Duration
+	tracer  trace.Tracer
 }
 
 // ackTimeout bounds the acknowledgement of a handled batch.
@@ -107,7 +124,10 @@ func NewConsumer(o ConsumerOptions) (*Consumer, error) {
 		o.Jitter = rand.Float64
 	}
 	o.Retry = o.Retry.withDefaults()
-	c := &Consumer{ep: ep, o: o, dedup: o.Dedup, timeout: o.Wait + 15*time.Second}
+	if o.TracerProvider == nil {
+		o.TracerProvider = otel.GetTracerProvider()
+	}
+	c := &Consumer{ep: ep, o: o, dedup: o.Dedup, timeout: o.Wait + 15*time.Second, tracer: o.TracerProvider.Tracer(tracerName)}
 	if c.dedup == nil {
 		c.dedup = NewDedup(0, 0, o.Clock)
 	}
@@ -278,6 +298,26 @@ func (c *Consumer) RunOnce(ctx context.Context, h Handler) error {
 	return nil
 }
 
+// handleOne hands one message to h in a consumer span that continues the trace
+// the message was published in.
+func (c *Consumer) handleOne(ctx context.Context, h Handler, d Delivery) error {
+	if d.Traceparent != "" {
+		ctx = traceContext.Extract(ctx, propagation.MapCarrier{"traceparent": d.Traceparent, "tracestate": d.Tracestate})
+	}
+	ctx, span := c.tracer.Start(ctx, "handle "+d.Family, trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(
+		attribute.String("messaging.message.id", d.MessageID),
+		attribute.String("messaging.operation.type", "process"),
+		attribute.Int("messaging.message.delivery", d.Delivery),
+	))
+	defer span.End()
+	err := h(ctx, d)
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	return err
+}
+
 // handle hands a pull's messages to h, once per message_id, until ctx
 // ends, and acknowledges the handled ones and the duplicates.
 func (c *Consumer) handle(ctx context.Context, ds []Delivery, h Handler) {
@@ -290,7 +330,7 @@ func (c *Consumer) handle(ctx context.Context, ds []Delivery, h Handler) {
 			done = append(done, d)
 			continue
 		}
-		if err := h(ctx, d); err != nil {
+		if err := c.handleOne(ctx, h, d); err != nil {
 			c.report(err)
 			continue
 		}

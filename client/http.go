@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"go.opentelemetry.io/otel/propagation"
 )
 
 // maxAnswerBytes bounds the answers the client reads: a pull of 100
@@ -82,6 +84,8 @@ func (e *endpoint) do(ctx context.Context, r request) (*answer, error) {
 	if r.basic != nil {
 		req.SetBasicAuth(r.basic[0], r.basic[1])
 	}
+	// The caller's trace continues through the bus to the consumers.
+	traceContext.Inject(ctx, propagation.HeaderCarrier(req.Header))
 	res, err := e.http.Do(req)
 	if err != nil {
 		return nil, err
@@ -97,6 +101,14 @@ func (e *endpoint) do(ctx context.Context, r request) (*answer, error) {
 	_ = json.Unmarshal(b, a)
 	return a, nil
 }
+
+// tracerName names the client's tracer.
+const tracerName = "github.com/storybus/storybus/client"
+
+// traceContext is the W3C trace context propagator: a publish carries the
+// caller's trace in traceparent and tracestate, and a consumer continues
+// the trace a message was published in.
+var traceContext propagation.TraceContext
 
 // failure turns an answer that is not a success into an *Error.
 func (a *answer) failure(now time.Time) *Error {

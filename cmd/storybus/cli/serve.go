@@ -219,7 +219,24 @@ func Serve(ctx context.Context, o ServeOptions, cfgs []*config.Workspace, log *s
 	if o.AccessLog {
 		access = log
 	}
-	srv := bus.New(bus.Options{Store: st, Faults: faults, TopicRetention: o.TopicRetention, Logger: log, AccessLog: access, TokenAttempts: &o.TokenAttempts, TrustedProxies: proxies, Consumers: &o.Consumers})
+	tp, err := newTracerProvider(ctx, os.Getenv, "storybus-bus")
+	if err != nil {
+		return err
+	}
+	bo := bus.Options{Store: st, Faults: faults, TopicRetention: o.TopicRetention, Logger: log, AccessLog: access, TokenAttempts: &o.TokenAttempts, TrustedProxies: proxies, Consumers: &o.Consumers}
+	if tp != nil {
+		bo.TracerProvider = tp
+		defer func() {
+			// The last spans are sent before the process ends.
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := tp.Shutdown(sctx); err != nil {
+				log.Warn("sending the last traces failed", "error", err)
+			}
+		}()
+		log.Info("tracing requests", "exporter", "otlp")
+	}
+	srv := bus.New(bo)
 	for _, cfg := range cfgs {
 		if err := srv.Apply(ctx, cfg); err != nil {
 			return err
