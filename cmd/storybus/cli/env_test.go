@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // TestEnvName: STORYBUS_, upper-case, dashes as underscores.
@@ -130,5 +131,25 @@ func TestServeAndOperatorReadTheEnvironment(t *testing.T) {
 				t.Errorf("the environment's value was used over the flag's: %q", errOut)
 			}
 		})
+	}
+}
+
+// TestEveryServeAndOperatorFlagReadsTheEnvironment: a flag added to serve
+// or operator after readEnv ran would have no variable; this finds it.
+func TestEveryServeAndOperatorFlagReadsTheEnvironment(t *testing.T) {
+	for _, cmd := range []*cobra.Command{newServeCommand(), newOperatorCommand()} {
+		n := 0
+		cmd.Flags().VisitAll(func(f *pflag.Flag) {
+			if f.Hidden || f.Deprecated != "" {
+				return
+			}
+			n++
+			if got := f.Annotations[envAnnotation]; len(got) != 1 || got[0] != EnvName(f.Name) {
+				t.Errorf("%s --%s reads no environment variable (annotation %v)", cmd.Name(), f.Name, got)
+			}
+		})
+		if n < 10 {
+			t.Errorf("%s: only %d flags visited", cmd.Name(), n)
+		}
 	}
 }
