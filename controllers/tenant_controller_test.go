@@ -510,6 +510,16 @@ func TestTenantValidation(t *testing.T) {
 		tn.Spec.Template = &v1alpha1.TenantTemplate{Pod: &v1alpha1.PodTemplate{Metadata: &v1alpha1.PodTemplateMetadata{
 			Annotations: map[string]string{v1alpha1.AnnotationConfigHash: "sha256:0"}}}}
 	}), "annotations of bus.storybus.io are the operator's")
+	refused("bus environment beyond OTEL_*", tenantUpdate(func(tn *v1alpha1.Tenant) {
+		tn.Spec.Template = &v1alpha1.TenantTemplate{Pod: &v1alpha1.PodTemplate{Env: []corev1.EnvVar{
+			{Name: "OTEL_EXPORTER_OTLP_ENDPOINT", Value: "http://collector:4318"}, {Name: "GODEBUG", Value: "x509sha1=1"}}}}
+	}), "only OpenTelemetry's OTEL_* variables")
+	if err := tenantUpdate(func(tn *v1alpha1.Tenant) {
+		tn.Spec.Template = &v1alpha1.TenantTemplate{Pod: &v1alpha1.PodTemplate{Env: []corev1.EnvVar{
+			{Name: "OTEL_EXPORTER_OTLP_ENDPOINT", Value: "http://collector:4318"}}}}
+	}); err != nil {
+		t.Errorf("an OTEL_* variable refused: %v", err)
+	}
 	refused("storage kind changed", tenantUpdate(func(tn *v1alpha1.Tenant) {
 		tn.Spec.Storage = &v1alpha1.TenantStorage{External: &v1alpha1.ExternalStorage{URL: "nats://x:4222"}}
 	}), "the kind of storage")

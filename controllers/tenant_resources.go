@@ -277,6 +277,11 @@ func desiredStatefulSet(t *v1alpha1.Tenant, o Options) *appsv1ac.StatefulSetAppl
 	if rr := busResources(t, o); rr != nil {
 		container = container.WithResources(rr)
 	}
+	if tpl := podTemplate(t); tpl != nil {
+		for i := range tpl.Env {
+			container = container.WithEnv(toApplyConfiguration[corev1ac.EnvVarApplyConfiguration](&tpl.Env[i]))
+		}
+	}
 
 	podSpec := corev1ac.PodSpec().
 		WithAutomountServiceAccountToken(false).

@@ -105,6 +105,11 @@ func TestPodTemplate(t *testing.T) {
 		TopologySpreadConstraints: []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: "topology.kubernetes.io/zone",
 			WhenUnsatisfiable: corev1.DoNotSchedule, LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app.kubernetes.io/instance": "n"}}}},
 		PriorityClassName: "bus-critical",
+		Env: []corev1.EnvVar{
+			{Name: "OTEL_EXPORTER_OTLP_ENDPOINT", Value: "http://otel-collector.observability:4318"},
+			{Name: "OTEL_EXPORTER_OTLP_HEADERS", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+				LocalObjectReference: corev1.LocalObjectReference{Name: "otlp"}, Key: "headers"}}},
+		},
 	}
 	tests := []struct {
 		name  string
@@ -114,7 +119,7 @@ func TestPodTemplate(t *testing.T) {
 		{"no template: nothing but the operator's", nil, func(t *testing.T, pod corev1.PodTemplateSpec) {
 			s := pod.Spec
 			if len(pod.Annotations) != 0 || len(s.ImagePullSecrets) != 0 || s.NodeSelector != nil || s.Tolerations != nil ||
-				s.Affinity != nil || s.TopologySpreadConstraints != nil || s.PriorityClassName != "" {
+				s.Affinity != nil || s.TopologySpreadConstraints != nil || s.PriorityClassName != "" || s.Containers[0].Env != nil {
 				t.Errorf("pod %+v", pod)
 			}
 		}},
@@ -132,6 +137,9 @@ func TestPodTemplate(t *testing.T) {
 				!reflect.DeepEqual(s.Tolerations, full.Tolerations) || !reflect.DeepEqual(s.Affinity, full.Affinity) ||
 				!reflect.DeepEqual(s.TopologySpreadConstraints, full.TopologySpreadConstraints) || s.PriorityClassName != "bus-critical" {
 				t.Errorf("pod spec %+v", s)
+			}
+			if !reflect.DeepEqual(s.Containers[0].Env, full.Env) {
+				t.Errorf("bus container env %+v", s.Containers[0].Env)
 			}
 		}},
 	}

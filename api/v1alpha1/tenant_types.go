@@ -154,8 +154,9 @@ type TenantTemplate struct {
 }
 
 // PodTemplate is what a platform team may set on a Tenant's bus pods: their
-// scheduling, image pull Secrets and extra metadata. Everything else of the
-// pod is the operator's.
+// scheduling, image pull Secrets, extra metadata and the OpenTelemetry
+// environment of the bus container. Everything else of the pod is the
+// operator's.
 type PodTemplate struct {
 	// Metadata holds extra labels and annotations of the bus pods. The
 	// labels the operator selects its pods by, and annotations of
@@ -192,6 +193,17 @@ type PodTemplate struct {
 	// +kubebuilder:validation:MaxLength=253
 	// +optional
 	PriorityClassName string `json:"priorityClassName,omitempty"`
+	// Env sets OpenTelemetry's standard environment variables (OTEL_*) on
+	// the bus container: OTEL_EXPORTER_OTLP_ENDPOINT turns tracing on,
+	// OTEL_TRACES_SAMPLER and the others tune it; a value may come from a
+	// Secret (an OTLP header holding an API key). Only OTEL_ names: the
+	// rest of the bus's environment is the operator's.
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:XValidation:rule="self.all(e, e.name.startsWith('OTEL_'))",message="only OpenTelemetry's OTEL_* variables can be set on the bus container"
+	// +listType=map
+	// +listMapKey=name
+	// +optional
+	Env []corev1.EnvVar `json:"env,omitempty"`
 }
 
 // PodTemplateMetadata is extra metadata of the bus pods.
