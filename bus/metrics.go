@@ -21,6 +21,8 @@ type Metrics struct {
 	api       *prometheus.CounterVec
 	delivered *prometheus.CounterVec
 	acked     *prometheus.CounterVec
+	// collectors are those NewMetrics registers.
+	collectors []prometheus.Collector
 }
 
 // NewMetrics registers the bus's metrics, with storybus_build_info and the
@@ -64,9 +66,22 @@ func NewMetrics() *Metrics {
 			Help: "Deliveries answered through the ack route, by workspace, connection and action (ack, nak, in_progress, term).",
 		}, []string{"workspace", "connection", "action"}),
 	}
-	m.Registry.MustRegister(m.requests, m.latency, m.storeOps, m.policyErr, m.reloads, m.api, m.delivered, m.acked,
-		buildinfo.NewCollector(), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.collectors = []prometheus.Collector{m.requests, m.latency, m.storeOps, m.policyErr, m.reloads, m.api, m.delivered, m.acked,
+		buildinfo.NewCollector(), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})}
+	m.Registry.MustRegister(m.collectors...)
 	return m
+}
+
+// DescribeAll sends the descriptor of every metric a Server with these
+// Metrics may serve, whether or not it holds a series yet: those of
+// NewMetrics, the state metrics and the TLS certificate's. Alerts and
+// dashboards are checked against them.
+func (m *Metrics) DescribeAll(ch chan<- *prometheus.Desc) {
+	for _, c := range m.collectors {
+		c.Describe(ch)
+	}
+	stateCollector{}.Describe(ch)
+	certificateCollector{}.Describe(ch)
 }
 
 func (m *Metrics) observeRequest(workspace, status, rule string, d time.Duration) {

@@ -155,7 +155,7 @@ func TestGolden(t *testing.T) {
 		args []string
 	}{
 		{"default", nil},
-		{"production", []string{"--values", productionValues, "--api-versions", serviceMonitorAPI}},
+		{"production", []string{"--values", productionValues, "--api-versions", serviceMonitorAPI, "--api-versions", prometheusRuleAPI}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var b strings.Builder

@@ -43,6 +43,15 @@ func init() {
 	metrics.Registry.MustRegister(configurationGeneration, reconcileErrors, buildinfo.NewCollector())
 }
 
+// DescribeMetrics sends the descriptors of the operator's own metrics,
+// whether or not they hold a series yet (controller-runtime's are in its
+// metrics.Registry). Alerts and dashboards are checked against them.
+func DescribeMetrics(ch chan<- *prometheus.Desc) {
+	configurationGeneration.Describe(ch)
+	reconcileErrors.Describe(ch)
+	tenantCollector{}.Describe(ch)
+}
+
 // tenantCollector counts the Tenants in the manager's cache by condition
 // when scraped, so that a deleted Tenant leaves nothing behind.
 type tenantCollector struct {
