@@ -449,3 +449,18 @@ func TestQueriedMetrics(t *testing.T) {
 		t.Errorf("got %s", got)
 	}
 }
+
+// TestOperationsDocNamesEveryMetric: docs/operations.md, where on-call
+// looks, names every storybus metric the bus and the operator register.
+func TestOperationsDocNamesEveryMetric(t *testing.T) {
+	doc, err := os.ReadFile(operationsDoc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics := markdownSections(string(doc))["metrics"]
+	for _, name := range slices.Sorted(maps.Keys(registeredMetrics(t))) {
+		if strings.HasPrefix(name, "storybus_") && !strings.Contains(metrics, "`"+name+"`") {
+			t.Errorf("docs/operations.md, Metrics, does not name %s", name)
+		}
+	}
+}
