@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -19,6 +18,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/oauth2"
+	"golang.org/x/oauth2/clientcredentials"
 
 	"github.com/storybus/storybus/bus"
 	"github.com/storybus/storybus/bus/config"
@@ -248,28 +249,13 @@ func (e *env) openBus(ctx context.Context, ws string) (*busTarget, error) {
 
 // token gets an access token with the client-credentials flow.
 func (e *env) token(ctx context.Context, ws, clientID, secret string) (string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.base+"/v1/tenants/"+ws+"/tokens", nil)
-	if err != nil {
-		return "", err
-	}
-	req.SetBasicAuth(clientID, secret)
-	resp, err := e.client.Do(req)
+	cc := clientcredentials.Config{ClientID: clientID, ClientSecret: secret, AuthStyle: oauth2.AuthStyleInHeader,
+		TokenURL: e.base + "/v1/tenants/" + ws + "/tokens"}
+	tok, err := cc.Token(context.WithValue(ctx, oauth2.HTTPClient, e.client))
 	if err != nil {
 		return "", fmt.Errorf("token: %w", err)
 	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	if err != nil {
-		return "", fmt.Errorf("token: %w", err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("token: HTTP %d: %s", resp.StatusCode, body)
-	}
-	var tr bus.TokenResponse
-	if err := json.Unmarshal(body, &tr); err != nil || tr.AccessToken == "" {
-		return "", fmt.Errorf("token: unexpected answer %s", body)
-	}
-	return tr.AccessToken, nil
+	return tok.AccessToken, nil
 }
 
 // poster POSTs messages over HTTP, as a producer does: the bus phase and

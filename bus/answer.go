@@ -71,12 +71,11 @@ func refuseStatus(c *gin.Context, status int, retryAfter time.Duration, vs ...ru
 	if status == 0 {
 		status = rules.Status(vs[0].Rule)
 	}
-	if status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable {
-		secs := int(math.Ceil(retryAfter.Seconds()))
-		if secs < 1 {
-			secs = 1
-		}
-		c.Header("Retry-After", strconv.Itoa(secs))
+	switch status {
+	case http.StatusTooManyRequests, http.StatusServiceUnavailable:
+		c.Header("Retry-After", strconv.Itoa(retryAfterSeconds(retryAfter)))
+	case http.StatusUnauthorized:
+		c.Header("WWW-Authenticate", bearerChallenge(vs[0]))
 	}
 	c.Set(ctxRule, vs[0].Rule)
 	answer := Refusal{Accepted: false, Violations: vs}
@@ -84,6 +83,25 @@ func refuseStatus(c *gin.Context, status int, retryAfter time.Duration, vs ...ru
 		answer.RequestID = requestIDOf(c)
 	}
 	writeJSON(c, status, answer)
+}
+
+// retryAfterSeconds is a Retry-After in whole seconds, at least 1.
+func retryAfterSeconds(d time.Duration) int {
+	return max(1, int(math.Ceil(d.Seconds())))
+}
+
+// bearerRealm is the realm of the publish and consumer routes' Bearer
+// challenge.
+const bearerRealm = `Bearer realm="storybus"`
+
+// bearerChallenge is the WWW-Authenticate of a 401 on the bearer routes
+// (RFC 6750 §3): error="invalid_token" for a token that was sent and
+// refused, no error when none was sent (§3.1).
+func bearerChallenge(v rules.Violation) string {
+	if v.Rule == rules.AuthTokenMissing {
+		return bearerRealm
+	}
+	return bearerRealm + `, error="invalid_token", error_description="` + descriptionText(v.Message) + `"`
 }
 
 func missingAuthenticationToken(c *gin.Context) {

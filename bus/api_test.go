@@ -132,9 +132,7 @@ func TestAuthentication(t *testing.T) {
 	expect(t, h.post(t, "newsroom", otherTok, snapshot("", "s", 1, "cms")), http.StatusForbidden, rules.WorkspaceMismatch)
 
 	// Basic credentials are checked.
-	req, _ := http.NewRequest(http.MethodPost, h.http.URL+"/v1/tenants/newsroom/tokens", nil)
-	req.SetBasicAuth("cms", "wrong")
-	expect(t, h.do(t, req), http.StatusUnauthorized, rules.AuthCredentialsInvalid)
+	expect(t, h.tokenForm(t, "newsroom", "grant_type=client_credentials", "cms", "wrong"), http.StatusUnauthorized, rules.AuthCredentialsInvalid)
 
 	h.clock.Advance(time.Hour + time.Minute)
 	expect(t, h.post(t, "newsroom", tok, snapshot("", "s", 1, "cms")), http.StatusUnauthorized, rules.AuthTokenExpired)
@@ -194,9 +192,7 @@ func TestInactiveConnection(t *testing.T) {
 		t.Fatal(err)
 	}
 	expect(t, h.post(t, "newsroom", tok, snapshot("", "s", 1, "cms")), http.StatusForbidden, rules.ConnectionInactive)
-	req, _ := http.NewRequest(http.MethodPost, h.http.URL+"/v1/tenants/newsroom/tokens", nil)
-	req.SetBasicAuth("cms", cmsSecret)
-	expect(t, h.do(t, req), http.StatusForbidden, rules.ConnectionInactive)
+	expect(t, h.tokenForm(t, "newsroom", "grant_type=client_credentials", "cms", cmsSecret), http.StatusBadRequest, rules.ConnectionInactive)
 }
 
 func TestBadInputIsNotJSON(t *testing.T) {

@@ -154,9 +154,7 @@ func TestAccessLogNamesTheRequestAndNothingSecret(t *testing.T) {
 	expect(t, h.post(t, "newsroom", wire, snapshot("", "harbour-bridge", 2, "cms")), http.StatusForbidden, rules.GrantSystemID)
 	// A token request with a wrong secret, and a bearer token on a path
 	// the API lacks.
-	bad, _ := http.NewRequest(http.MethodPost, h.http.URL+"/v1/tenants/newsroom/tokens", nil)
-	bad.SetBasicAuth("cms", "not-the-secret-0123456789")
-	h.do(t, bad)
+	h.tokenForm(t, "newsroom", "grant_type=client_credentials", "cms", "not-the-secret-0123456789")
 	lost, _ := http.NewRequest(http.MethodGet, h.http.URL+"/v1/tenants/newsroom/elsewhere?token=query-secret-42", nil)
 	lost.Header.Set("Authorization", "Bearer "+tok)
 	h.do(t, lost)

@@ -28,6 +28,9 @@ const SandboxLost = "lost"
 var notPublishAnswers = map[string]bool{
 	rules.AuthCredentialsInvalid: true,
 	rules.AuthAttemptsExceeded:   true,
+	rules.AuthRequestInvalid:     true,
+	rules.AuthGrantUnsupported:   true,
+	rules.AuthScopeInvalid:       true,
 	rules.ConsumerRequestInvalid: true,
 	rules.ConsumerAckInvalid:     true,
 	rules.GrantFamily:            true,

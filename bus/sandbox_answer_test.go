@@ -189,6 +189,7 @@ func TestSandboxAnswersAsTheBusDoes(t *testing.T) {
 // sandbox's own header handling, answer with.
 var notPublishAnswers = []string{
 	rules.AuthCredentialsInvalid, rules.AuthAttemptsExceeded,
+	rules.AuthRequestInvalid, rules.AuthGrantUnsupported, rules.AuthScopeInvalid,
 	rules.ConsumerRequestInvalid, rules.ConsumerAckInvalid, rules.GrantFamily,
 	rules.ConsumerNameTaken, rules.ConsumerLimitReached,
 	rules.SandboxNotEnabled, rules.SandboxAnswerUnknown,

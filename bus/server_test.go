@@ -15,6 +15,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats-server/v2/server"
+	"golang.org/x/oauth2"
+	"golang.org/x/oauth2/clientcredentials"
 
 	"github.com/storybus/storybus/bus"
 	"github.com/storybus/storybus/bus/config"
@@ -98,23 +100,38 @@ func (h *harness) checkAPI(t testing.TB) {
 	}
 }
 
+// tokenConfig is a real OAuth2 client-credentials client of a workspace's
+// token endpoint, sending the credentials with HTTP Basic.
+func (h *harness) tokenConfig(ws, client, secret string) *clientcredentials.Config {
+	return &clientcredentials.Config{
+		ClientID: client, ClientSecret: secret, AuthStyle: oauth2.AuthStyleInHeader,
+		TokenURL: h.http.URL + "/v1/tenants/" + ws + "/tokens",
+	}
+}
+
+// token gets a token through the OAuth2 client.
 func (h *harness) token(t testing.TB, ws, client, secret string) string {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodPost, h.http.URL+"/v1/tenants/"+ws+"/tokens", nil)
-	req.SetBasicAuth(client, secret)
-	res, err := http.DefaultClient.Do(req)
+	tok, err := h.tokenConfig(ws, client, secret).Token(context.Background())
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("token: %v", err)
 	}
-	defer res.Body.Close()
-	var tr bus.TokenResponse
-	if err := json.NewDecoder(res.Body).Decode(&tr); err != nil || res.StatusCode != 200 {
-		t.Fatalf("token: %d %v", res.StatusCode, err)
+	if tok.TokenType != "Bearer" || tok.Extra("expires_in") == nil || !tok.Valid() {
+		t.Fatalf("token response %+v", tok)
 	}
-	if tr.TokenType != "Bearer" || tr.ExpiresIn <= 0 {
-		t.Fatalf("token response %+v", tr)
+	return tok.AccessToken
+}
+
+// tokenForm posts a token request with the form body, and the Basic
+// credentials when client is not empty.
+func (h *harness) tokenForm(t testing.TB, ws, form, client, secret string) answer {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, h.http.URL+"/v1/tenants/"+ws+"/tokens", strings.NewReader(form))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	if client != "" {
+		req.SetBasicAuth(client, secret)
 	}
-	return tr.AccessToken
+	return h.do(t, req)
 }
 
 // answer is a decoded answer in any of the documented shapes.
@@ -129,9 +146,17 @@ type answer struct {
 	Tolerated  []rules.Violation `json:"tolerated"`
 	Violations []rules.Violation `json:"violations"`
 	Message    string            `json:"message"`
+	// Error, ErrorDescription and Rule are the token endpoint's OAuth2
+	// error.
+	Error            string `json:"error"`
+	ErrorDescription string `json:"error_description"`
+	Rule             string `json:"rule"`
 }
 
 func (a answer) rule() string {
+	if a.Rule != "" {
+		return a.Rule
+	}
 	if len(a.Violations) == 0 {
 		return ""
 	}
@@ -148,6 +173,9 @@ func checkShape(t testing.TB, a answer) {
 	switch {
 	case a.Status >= 500 && a.Status != http.StatusServiceUnavailable:
 		t.Fatalf("status %d is not documented", a.Status)
+	case a.Raw["error"] != nil:
+		checkTokenError(t, a)
+		return
 	case a.Raw["message"] != nil:
 		if len(a.Raw) != 1 || a.Status != http.StatusForbidden {
 			t.Fatalf("AWS-shaped answer %d %v", a.Status, a.Raw)
@@ -191,6 +219,7 @@ func checkShape(t testing.TB, a answer) {
 		if (a.Status == 429 || a.Status == 503) && a.Header.Get("Retry-After") == "" {
 			t.Fatalf("%d without Retry-After", a.Status)
 		}
+		checkBearerChallenge(t, a)
 	}
 	if a.Status != http.StatusAccepted {
 		return
@@ -199,6 +228,58 @@ func checkShape(t testing.TB, a answer) {
 		if r, ok := rules.Lookup(v.Rule); !ok || !r.Warning {
 			t.Fatalf("tolerated %q is not a catalogued warning", v.Rule)
 		}
+	}
+}
+
+// checkTokenError fails unless the answer is an OAuth2 error of RFC 6749
+// §5.2 whose rule the catalogue maps to its error code and status.
+func checkTokenError(t testing.TB, a answer) {
+	t.Helper()
+	r, ok := rules.Lookup(a.Rule)
+	if !ok || r.OAuth2Error == "" || a.Error != r.OAuth2Error || a.Status != rules.TokenStatus(a.Rule) {
+		t.Fatalf("OAuth2 error %d %s: the catalogue maps %q to %q %d", a.Status, a.Raw, a.Rule, r.OAuth2Error, rules.TokenStatus(a.Rule))
+	}
+	members := 3
+	if a.Raw["request_id"] != nil && a.Status >= 500 {
+		members++
+	}
+	if len(a.Raw) != members || a.ErrorDescription == "" || strings.ContainsAny(a.ErrorDescription, "\"\\") {
+		t.Fatalf("OAuth2 error members %s", a.Raw)
+	}
+	for _, c := range a.ErrorDescription {
+		if c < 0x20 || c > 0x7e {
+			t.Fatalf("error_description %q has a character RFC 6749 §5.2 does not allow", a.ErrorDescription)
+		}
+	}
+	if got := a.Header.Get("Cache-Control"); got != "no-store" {
+		t.Fatalf("OAuth2 error with Cache-Control %q", got)
+	}
+	if got := a.Header.Get("WWW-Authenticate"); (a.Status == http.StatusUnauthorized) != (got == `Basic realm="storybus"`) {
+		t.Fatalf("%d with WWW-Authenticate %q", a.Status, got)
+	}
+	if (a.Status == 429 || a.Status == 503) && a.Header.Get("Retry-After") == "" {
+		t.Fatalf("%d without Retry-After", a.Status)
+	}
+}
+
+// checkBearerChallenge fails unless a 401 of the bearer routes carries
+// RFC 6750's challenge: error="invalid_token" when a token was refused,
+// no error when none was sent.
+func checkBearerChallenge(t testing.TB, a answer) {
+	t.Helper()
+	got := a.Header.Get("WWW-Authenticate")
+	if a.Status != http.StatusUnauthorized {
+		if got != "" {
+			t.Fatalf("%d with WWW-Authenticate %q", a.Status, got)
+		}
+		return
+	}
+	want := `Bearer realm="storybus"`
+	if a.rule() != rules.AuthTokenMissing {
+		want += `, error="invalid_token", error_description="`
+	}
+	if a.rule() == rules.AuthTokenMissing && got != want || !strings.HasPrefix(got, want) {
+		t.Fatalf("401 %s with WWW-Authenticate %q, want %s…", a.rule(), got, want)
 	}
 }
 

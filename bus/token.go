@@ -3,7 +3,12 @@ package bus
 import (
 	"crypto/x509"
 	"fmt"
+	"io"
+	"mime"
 	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -58,8 +63,37 @@ func (a TokenAttempts) keys(c *gin.Context, cfg *config.Workspace, clientID stri
 	return keys
 }
 
-// token handles POST /v1/tenants/{t}/tokens: HTTP Basic client credentials
-// in, a bearer token for the workspace out.
+// maxTokenRequestBytes bounds a token request's body: a few form
+// parameters.
+const maxTokenRequestBytes = 4096
+
+// basicRealm is the realm of the token endpoint's Basic challenge.
+const basicRealm = `Basic realm="storybus"`
+
+// TokenError is the token endpoint's error answer (RFC 6749 §5.2), with
+// the catalogued rule behind it as an extension member.
+type TokenError struct {
+	Error       string `json:"error"`
+	Description string `json:"error_description,omitempty"`
+	Rule        string `json:"rule"`
+	// RequestID is the request's X-Request-Id, in 5xx answers only, as
+	// in the refusal shape.
+	RequestID string `json:"request_id,omitempty"`
+}
+
+// tokenRequest is what a token request's client sent to authenticate.
+type tokenRequest struct {
+	// clientID is the Basic user, or the body's client_id.
+	clientID string
+	// secret is the Basic password or the body's client_secret; hasSecret
+	// is false when the client sent neither (mutual TLS).
+	secret    string
+	hasSecret bool
+}
+
+// token handles POST /v1/tenants/{t}/tokens, the OAuth2 client-credentials
+// grant (RFC 6749 §4.4): client credentials in, a bearer token for the
+// workspace out.
 func (s *Server) token(c *gin.Context) {
 	ws, ok := s.workspace(c.Param("tenant"))
 	if !ok {
@@ -67,19 +101,22 @@ func (s *Server) token(c *gin.Context) {
 		return
 	}
 	cfg := ws.cfg.Load()
-	id, secret, ok := c.Request.BasicAuth()
-	if cert := clientCertificate(c.Request); !ok && cert != nil {
-		s.tokenForCertificate(c, ws, cfg, cert)
+	tr, problem := readTokenRequest(c)
+	if problem != nil {
+		tokenError(c, 0, *problem)
 		return
 	}
-	if !ok {
-		c.Header("WWW-Authenticate", `Basic realm="storybus"`)
-		refuse(c, 0, rules.New(rules.AuthCredentialsInvalid, "send the client id and secret with HTTP Basic authentication", ""))
+	if !tr.hasSecret {
+		if cert := clientCertificate(c.Request); cert != nil {
+			s.tokenForCertificate(c, ws, cfg, cert, tr.clientID)
+			return
+		}
+		tokenError(c, 0, rules.New(rules.AuthCredentialsInvalid, "send the client id and secret with HTTP Basic authentication (client_secret_basic) or as client_id and client_secret in the body (client_secret_post)", ""))
 		return
 	}
 	// Locked out first: once the limit is reached, the right secret is
 	// refused too, or guessing would just go on until it succeeded.
-	keys := s.attempts.keys(c, cfg, id)
+	keys := s.attempts.keys(c, cfg, tr.clientID)
 	l, err := s.limiter(ws)
 	var wait time.Duration
 	if err == nil {
@@ -90,34 +127,145 @@ func (s *Server) token(c *gin.Context) {
 		return
 	}
 	if wait > 0 {
-		refuse(c, wait, rules.New(rules.AuthAttemptsExceeded, fmt.Sprintf(
+		tokenError(c, wait, rules.New(rules.AuthAttemptsExceeded, fmt.Sprintf(
 			"too many failed attempts with this client id or from this address within %s; every attempt is refused until Retry-After", s.attempts.Window), ""))
 		return
 	}
-	conn, ok := cfg.ConnectionByClientID(id)
-	if !ok || !conn.CheckSecret(secret) {
+	conn, ok := cfg.ConnectionByClientID(tr.clientID)
+	if !ok || !conn.CheckSecret(tr.secret) {
 		if err := l.AttemptFailed(c.Request.Context(), keys...); err != nil {
 			s.attemptCountersUnavailable(c, ws, err)
 			return
 		}
-		refuse(c, 0, rules.New(rules.AuthCredentialsInvalid, "unknown client id or wrong secret", ""))
+		tokenError(c, 0, rules.New(rules.AuthCredentialsInvalid, "unknown client id or wrong secret", ""))
 		return
 	}
 	s.issue(c, ws, cfg, conn, nil)
 }
 
+// readTokenRequest reads a token request's form parameters and the
+// client's credentials, or returns the refusal of a malformed request.
+func readTokenRequest(c *gin.Context) (tokenRequest, *rules.Violation) {
+	invalid := func(id, msg string) (tokenRequest, *rules.Violation) {
+		v := rules.New(id, msg, "")
+		return tokenRequest{}, &v
+	}
+	mt, _, err := mime.ParseMediaType(c.GetHeader("Content-Type"))
+	if err != nil || mt != "application/x-www-form-urlencoded" {
+		return invalid(rules.AuthRequestInvalid, "send the parameters as application/x-www-form-urlencoded: grant_type=client_credentials")
+	}
+	body, err := io.ReadAll(io.LimitReader(c.Request.Body, maxTokenRequestBytes+1))
+	if err != nil {
+		return invalid(rules.AuthRequestInvalid, "the body could not be read")
+	}
+	if len(body) > maxTokenRequestBytes {
+		return invalid(rules.AuthRequestInvalid, fmt.Sprintf("the body is over %d bytes", maxTokenRequestBytes))
+	}
+	form, err := url.ParseQuery(string(body))
+	if err != nil {
+		return invalid(rules.AuthRequestInvalid, "the body is not form-urlencoded")
+	}
+	for _, values := range form {
+		if len(values) > 1 {
+			return invalid(rules.AuthRequestInvalid, "a parameter is sent more than once; send each once")
+		}
+	}
+	switch form.Get("grant_type") {
+	case "client_credentials":
+	case "":
+		return invalid(rules.AuthRequestInvalid, "grant_type is required: send grant_type=client_credentials")
+	default:
+		return invalid(rules.AuthGrantUnsupported, "the only grant_type is client_credentials")
+	}
+	if form.Get("scope") != "" {
+		return invalid(rules.AuthScopeInvalid, "the bus has no scopes: a token may do what its connection's grants allow; send no scope")
+	}
+	_, hasPostSecret := form["client_secret"]
+	if c.GetHeader("Authorization") == "" {
+		if hasPostSecret && form.Get("client_id") == "" {
+			return invalid(rules.AuthRequestInvalid, "client_secret needs client_id")
+		}
+		return tokenRequest{clientID: form.Get("client_id"), secret: form.Get("client_secret"), hasSecret: hasPostSecret}, nil
+	}
+	id, secret, ok := basicCredentials(c.Request)
+	if !ok {
+		return invalid(rules.AuthCredentialsInvalid, "the Authorization header is not HTTP Basic with form-urlencoded client id and secret")
+	}
+	if hasPostSecret {
+		return invalid(rules.AuthRequestInvalid, "authenticate one way: HTTP Basic or client_secret in the body, not both")
+	}
+	if bodyID := form.Get("client_id"); bodyID != "" && bodyID != id {
+		return invalid(rules.AuthRequestInvalid, "client_id in the body is not the client id of the Basic credentials")
+	}
+	return tokenRequest{clientID: id, secret: secret, hasSecret: true}, nil
+}
+
+// basicCredentials returns the client id and secret of HTTP Basic client
+// authentication, each form-urlencoded before Basic encoding (RFC 6749
+// §2.3.1).
+func basicCredentials(r *http.Request) (id, secret string, ok bool) {
+	rawID, rawSecret, ok := r.BasicAuth()
+	if !ok {
+		return "", "", false
+	}
+	id, err := url.QueryUnescape(rawID)
+	if err != nil {
+		return "", "", false
+	}
+	secret, err = url.QueryUnescape(rawSecret)
+	if err != nil {
+		return "", "", false
+	}
+	return id, secret, true
+}
+
+// tokenError answers a token request with an OAuth2 error: the rule's
+// error code and status from the catalogue, the violation's message as
+// error_description, never cached.
+func tokenError(c *gin.Context, retryAfter time.Duration, v rules.Violation) {
+	r, _ := rules.Lookup(v.Rule)
+	status := rules.TokenStatus(v.Rule)
+	code := r.OAuth2Error
+	if code == "" {
+		code = rules.OAuth2TemporarilyUnavailable
+	}
+	switch status {
+	case http.StatusUnauthorized:
+		c.Header("WWW-Authenticate", basicRealm)
+	case http.StatusTooManyRequests, http.StatusServiceUnavailable:
+		c.Header("Retry-After", strconv.Itoa(retryAfterSeconds(retryAfter)))
+	}
+	c.Header("Cache-Control", "no-store")
+	c.Set(ctxRule, v.Rule)
+	answer := TokenError{Error: code, Description: descriptionText(v.Message), Rule: v.Rule}
+	if status >= http.StatusInternalServerError {
+		answer.RequestID = requestIDOf(c)
+	}
+	writeJSON(c, status, answer)
+}
+
+// descriptionText keeps error_description to the characters RFC 6749
+// §5.2 allows: printable ASCII but the double quote and the backslash.
+func descriptionText(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r > 0x7e || r == '"' || r == '\\' {
+			return '\''
+		}
+		return r
+	}, s)
+}
+
 // tokenForCertificate authenticates a token request by its verified client
 // certificate (RFC 8705 tls_client_auth) and issues a token bound to it.
 // A client_id sent with it must be the matched connection's.
-func (s *Server) tokenForCertificate(c *gin.Context, ws *workspace, cfg *config.Workspace, cert *x509.Certificate) {
+func (s *Server) tokenForCertificate(c *gin.Context, ws *workspace, cfg *config.Workspace, cert *x509.Certificate, clientID string) {
 	conn, ok := cfg.ConnectionByCertificate(cert)
 	if !ok {
-		refuse(c, 0, rules.New(rules.AuthCredentialsInvalid, "the client certificate is not one of a connection's (tlsClientAuth); or send the client id and secret with HTTP Basic authentication", ""))
+		tokenError(c, 0, rules.New(rules.AuthCredentialsInvalid, "the client certificate is not one of a connection's (tlsClientAuth); or send the client id and secret with HTTP Basic authentication", ""))
 		return
 	}
-	c.Request.Body = http.MaxBytesReader(c.Writer, c.Request.Body, 4096)
-	if id := c.PostForm("client_id"); id != "" && id != conn.ClientID {
-		refuse(c, 0, rules.New(rules.AuthCredentialsInvalid, "client_id is not the client id of the certificate's connection", ""))
+	if clientID != "" && clientID != conn.ClientID {
+		tokenError(c, 0, rules.New(rules.AuthCredentialsInvalid, "client_id is not the client id of the certificate's connection", ""))
 		return
 	}
 	s.issue(c, ws, cfg, conn, cert)
@@ -133,11 +281,11 @@ func (s *Server) issue(c *gin.Context, ws *workspace, cfg *config.Workspace, con
 	refusal, err := ws.policy.Access(c.Request.Context(), conn.Name)
 	if err != nil {
 		s.log.ErrorContext(c.Request.Context(), "policy evaluation failed", "workspace", ws.id, "stage", "token", "error", err)
-		busUnavailable(c)
+		tokenError(c, time.Second, rules.New(rules.BusUnavailable, "internal error; retry", ""))
 		return
 	}
 	if refusal != nil {
-		refuse(c, 0, *refusal)
+		tokenError(c, 0, *refusal)
 		return
 	}
 	var token string
@@ -149,7 +297,7 @@ func (s *Server) issue(c *gin.Context, ws *workspace, cfg *config.Workspace, con
 	}
 	if err != nil {
 		s.log.ErrorContext(c.Request.Context(), "issuing token failed", "workspace", ws.id, "error", err)
-		busUnavailable(c)
+		tokenError(c, time.Second, rules.New(rules.BusUnavailable, "internal error; retry", ""))
 		return
 	}
 	c.Header("Cache-Control", "no-store")
@@ -160,5 +308,5 @@ func (s *Server) issue(c *gin.Context, ws *workspace, cfg *config.Workspace, con
 // cannot be checked or counted: refused, never let through uncounted.
 func (s *Server) attemptCountersUnavailable(c *gin.Context, ws *workspace, err error) {
 	s.log.ErrorContext(c.Request.Context(), "token attempt counters unavailable", "workspace", ws.id, "error", err)
-	refuse(c, time.Second, rules.New(rules.RegistryUnavailable, "the limit counters are unreachable; retry after Retry-After", ""))
+	tokenError(c, time.Second, rules.New(rules.RegistryUnavailable, "the failed-attempt counters are unreachable; retry after Retry-After", ""))
 }

@@ -2,13 +2,21 @@ package bus_test
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
 	"net/http"
+	"net/url"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"golang.org/x/oauth2"
+	"golang.org/x/oauth2/clientcredentials"
 
 	"github.com/storybus/storybus/bus"
+	"github.com/storybus/storybus/bus/config"
 	"github.com/storybus/storybus/bus/limits"
 	"github.com/storybus/storybus/bus/rules"
 )
@@ -16,9 +24,7 @@ import (
 // tokenAnswer asks a replica for a token without failing the test.
 func (h *harness) tokenAnswer(t *testing.T, client, secret string) answer {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodPost, h.http.URL+"/v1/tenants/newsroom/tokens", nil)
-	req.SetBasicAuth(client, secret)
-	return h.do(t, req)
+	return h.tokenForm(t, "newsroom", "grant_type=client_credentials", client, secret)
 }
 
 // TestTokenAttemptsLockOutAcrossReplicas fails a client id's secret
@@ -103,4 +109,205 @@ func TestTokenAttemptsWindow(t *testing.T) {
 	}
 	clock.Advance(time.Minute)
 	replicas[1].token(t, "newsroom", "wire", wireSecret)
+}
+
+// retrieveError asks for a token through the OAuth2 client, which must
+// fail with an OAuth2 error; it returns the error and its body decoded.
+func retrieveError(t *testing.T, cc *clientcredentials.Config) (*oauth2.RetrieveError, answer) {
+	t.Helper()
+	_, err := cc.Token(context.Background())
+	var re *oauth2.RetrieveError
+	if !errors.As(err, &re) {
+		t.Fatalf("token request did not fail with an OAuth2 error: %v", err)
+	}
+	a := answer{Status: re.Response.StatusCode, Header: re.Response.Header}
+	if err := json.Unmarshal(re.Body, &a.Raw); err != nil {
+		t.Fatalf("error body %s", re.Body)
+	}
+	if err := json.Unmarshal(re.Body, &a); err != nil {
+		t.Fatal(err)
+	}
+	checkShape(t, a)
+	return re, a
+}
+
+// TestTokenEndpointWithOAuth2Client drives the token endpoint with
+// golang.org/x/oauth2's client-credentials client: both ways of sending
+// the client's credentials get a token that publishes, and every error is
+// one the client reads by its code, with the catalogued rule beside it.
+func TestTokenEndpointWithOAuth2Client(t *testing.T) {
+	ns := startNATS(t)
+	clock := newStoppedClock(time.Date(2026, 11, 29, 9, 0, 0, 0, time.UTC))
+	cfg := workspaceConfig("newsroom")
+	// RFC 6749 §2.3.1: the client form-urlencodes its id and secret
+	// before Basic encoding; this secret is not the same encoded.
+	const oddSecret = "p+ss%word/0123456789abcdef0123456789"
+	cfg.Connections = append(cfg.Connections, config.Connection{Name: "odd client", SecretHash: config.HashSecret(oddSecret)})
+	cfg.Connections = append(cfg.Connections, config.Connection{Name: "off", SecretHash: config.HashSecret(cmsSecret), Active: new(bool)})
+	cfg.Default()
+	h := newReplicaWith(t, ns, bus.Options{Clock: clock, TokenAttempts: &bus.TokenAttempts{PerClient: 3, Window: 10 * time.Minute}}, cfg)
+	ctx := context.Background()
+
+	for _, style := range []oauth2.AuthStyle{oauth2.AuthStyleInHeader, oauth2.AuthStyleInParams} {
+		cc := h.tokenConfig("newsroom", "cms", cmsSecret)
+		cc.AuthStyle = style
+		tok, err := cc.Token(ctx)
+		if err != nil {
+			t.Fatalf("auth style %d: %v", style, err)
+		}
+		if tok.TokenType != "Bearer" || tok.Extra("expires_in") != float64(3600) {
+			t.Fatalf("auth style %d: token %+v", style, tok)
+		}
+		expect(t, h.post(t, "newsroom", tok.AccessToken, snapshot("", uuid.NewString(), 1, "cms")), http.StatusAccepted, "")
+	}
+	odd := h.tokenConfig("newsroom", "odd client", oddSecret)
+	if _, err := odd.Token(ctx); err != nil {
+		t.Fatalf("form-urlencoded Basic credentials: %v", err)
+	}
+	// The same secret Basic-encoded without form-urlencoding first is
+	// another secret.
+	expect(t, h.tokenForm(t, "newsroom", "grant_type=client_credentials", "odd+client", oddSecret), http.StatusUnauthorized, rules.AuthCredentialsInvalid)
+
+	for _, tc := range []struct {
+		name   string
+		change func(*clientcredentials.Config)
+		status int
+		code   string
+		rule   string
+	}{
+		{"wrong secret", func(c *clientcredentials.Config) { c.ClientSecret = "wrong" }, 401, "invalid_client", rules.AuthCredentialsInvalid},
+		{"wrong secret in the body", func(c *clientcredentials.Config) { c.ClientSecret, c.AuthStyle = "wrong", oauth2.AuthStyleInParams }, 401, "invalid_client", rules.AuthCredentialsInvalid},
+		{"unknown client", func(c *clientcredentials.Config) { c.ClientID = "nobody" }, 401, "invalid_client", rules.AuthCredentialsInvalid},
+		{"another grant", func(c *clientcredentials.Config) { c.EndpointParams = url.Values{"grant_type": {"password"}} }, 400, "unsupported_grant_type", rules.AuthGrantUnsupported},
+		{"no grant", func(c *clientcredentials.Config) { c.EndpointParams = url.Values{"grant_type": {""}} }, 400, "invalid_request", rules.AuthRequestInvalid},
+		{"two ways at once", func(c *clientcredentials.Config) { c.EndpointParams = url.Values{"client_secret": {cmsSecret}} }, 400, "invalid_request", rules.AuthRequestInvalid},
+		{"a scope", func(c *clientcredentials.Config) { c.Scopes = []string{"publish"} }, 400, "invalid_scope", rules.AuthScopeInvalid},
+		{"inactive connection", func(c *clientcredentials.Config) { c.ClientID = "off" }, 400, "unauthorized_client", rules.ConnectionInactive},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cc := h.tokenConfig("newsroom", "cms", cmsSecret)
+			tc.change(cc)
+			re, a := retrieveError(t, cc)
+			if re.ErrorCode != tc.code || re.Response.StatusCode != tc.status || a.Rule != tc.rule || re.ErrorDescription == "" {
+				t.Fatalf("got %d %q %q (%s), want %d %q %q", re.Response.StatusCode, re.ErrorCode, a.Rule, re.Body, tc.status, tc.code, tc.rule)
+			}
+		})
+	}
+
+	// Two more wrong secrets make three failures of cms: locked out, the
+	// right secret too, until Retry-After.
+	for range 2 {
+		bad := h.tokenConfig("newsroom", "cms", "wrong")
+		retrieveError(t, bad)
+	}
+	re, a := retrieveError(t, h.tokenConfig("newsroom", "cms", cmsSecret))
+	if re.ErrorCode != "invalid_client" || re.Response.StatusCode != http.StatusTooManyRequests || a.Rule != rules.AuthAttemptsExceeded {
+		t.Fatalf("locked out: %d %s", re.Response.StatusCode, re.Body)
+	}
+	expectRetryAfter(t, a, 600)
+
+	// The failed-attempt counters unreachable: refused, never let through.
+	ns.Shutdown()
+	ns.WaitForShutdown()
+	re, a = retrieveError(t, h.tokenConfig("newsroom", "wire", wireSecret))
+	if re.ErrorCode != "temporarily_unavailable" || re.Response.StatusCode != http.StatusServiceUnavailable || a.Rule != rules.RegistryUnavailable {
+		t.Fatalf("counters unreachable: %d %s", re.Response.StatusCode, re.Body)
+	}
+}
+
+// TestTokenRequestMustBeAnOAuth2Request: what RFC 6749 §4.4.2 and §2.3
+// refuse, the token endpoint refuses, and says why.
+func TestTokenRequestMustBeAnOAuth2Request(t *testing.T) {
+	h := newHarness(t)
+	post := func(contentType, body string, header map[string]string) answer {
+		req, _ := http.NewRequest(http.MethodPost, h.http.URL+"/v1/tenants/newsroom/tokens", strings.NewReader(body))
+		if contentType != "" {
+			req.Header.Set("Content-Type", contentType)
+		}
+		for k, v := range header {
+			req.Header.Set(k, v)
+		}
+		return h.do(t, req)
+	}
+	basic := func(id, secret string) map[string]string {
+		return map[string]string{"Authorization": "Basic " + base64.StdEncoding.EncodeToString([]byte(id+":"+secret))}
+	}
+	const form = "application/x-www-form-urlencoded"
+	grant := "grant_type=client_credentials"
+	for _, tc := range []struct {
+		name, contentType, body string
+		header                  map[string]string
+		status                  int
+		rule                    string
+	}{
+		{"Basic alone, no grant_type", "", "", basic("cms", cmsSecret), 400, rules.AuthRequestInvalid},
+		{"a JSON body", "application/json", `{"grant_type":"client_credentials"}`, basic("cms", cmsSecret), 400, rules.AuthRequestInvalid},
+		{"no grant_type", form, "client_id=cms&client_secret=" + cmsSecret, nil, 400, rules.AuthRequestInvalid},
+		{"grant_type twice", form, grant + "&" + grant, basic("cms", cmsSecret), 400, rules.AuthRequestInvalid},
+		{"not form-urlencoded", form, grant + "&x=%zz", basic("cms", cmsSecret), 400, rules.AuthRequestInvalid},
+		{"over 4 KiB", form, grant + "&x=" + strings.Repeat("a", 4096), basic("cms", cmsSecret), 400, rules.AuthRequestInvalid},
+		{"client_secret without client_id", form, grant + "&client_secret=" + cmsSecret, nil, 400, rules.AuthRequestInvalid},
+		{"another client_id beside Basic", form, grant + "&client_id=wire", basic("cms", cmsSecret), 400, rules.AuthRequestInvalid},
+		{"no credentials", form, grant, nil, 401, rules.AuthCredentialsInvalid},
+		{"client_id alone", form, grant + "&client_id=cms", nil, 401, rules.AuthCredentialsInvalid},
+		{"a Bearer header", form, grant, map[string]string{"Authorization": "Bearer x"}, 401, rules.AuthCredentialsInvalid},
+		{"Basic that is not form-urlencoded", form, grant, basic("cms", "100%"), 401, rules.AuthCredentialsInvalid},
+		{"another grant", form, "grant_type=authorization_code&code=x", basic("cms", cmsSecret), 400, rules.AuthGrantUnsupported},
+		{"a scope", form, grant + "&scope=publish", basic("cms", cmsSecret), 400, rules.AuthScopeInvalid},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			expect(t, post(tc.contentType, tc.body, tc.header), tc.status, tc.rule)
+		})
+	}
+	// Accepted: the same client_id beside Basic, an empty scope, and
+	// parameters the grant does not use; and the success is never cached.
+	for _, body := range []string{grant + "&client_id=cms", grant + "&scope=", grant + "&audience=x"} {
+		req, _ := http.NewRequest(http.MethodPost, h.http.URL+"/v1/tenants/newsroom/tokens", strings.NewReader(body))
+		req.Header.Set("Content-Type", form+"; charset=utf-8")
+		req.SetBasicAuth("cms", cmsSecret)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var tr bus.TokenResponse
+		err = json.NewDecoder(res.Body).Decode(&tr)
+		res.Body.Close()
+		if err != nil || res.StatusCode != http.StatusOK || tr.AccessToken == "" || tr.TokenType != "Bearer" || tr.ExpiresIn != 3600 {
+			t.Fatalf("%s: %d %+v %v", body, res.StatusCode, tr, err)
+		}
+		if cc := res.Header.Get("Cache-Control"); cc != "no-store" {
+			t.Fatalf("%s: Cache-Control %q", body, cc)
+		}
+	}
+}
+
+// TestBearerChallenge: every 401 of the publish and consumer routes says
+// Bearer, with error="invalid_token" when a token was sent and refused
+// (RFC 6750 §3), and without an error when none was (§3.1).
+func TestBearerChallenge(t *testing.T) {
+	h := newHarness(t)
+	tok := h.token(t, "newsroom", "cms", cmsSecret)
+	const challenge = `Bearer realm="storybus"`
+	check := func(a answer, rule, want string) {
+		t.Helper()
+		expect(t, a, http.StatusUnauthorized, rule)
+		if got := a.Header.Get("WWW-Authenticate"); got != want {
+			t.Fatalf("%s: WWW-Authenticate %q, want %q", rule, got, want)
+		}
+	}
+	check(h.post(t, "newsroom", "", snapshot("", "s", 1, "cms")), rules.AuthTokenMissing, challenge)
+	check(h.post(t, "newsroom", "not.a.jwt", snapshot("", "s", 1, "cms")), rules.AuthTokenInvalid,
+		challenge+`, error="invalid_token", error_description="the token is malformed or badly signed"`)
+	pull := func(token string) answer {
+		req, _ := http.NewRequest(http.MethodGet, h.http.URL+"/v1/tenants/newsroom/consumers/desk/messages?wait=0s", nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		return h.do(t, req)
+	}
+	check(pull(""), rules.AuthTokenMissing, challenge)
+	h.clock.Advance(time.Hour + time.Minute)
+	check(pull(tok), rules.AuthTokenExpired, challenge+`, error="invalid_token", error_description="the token has expired"`)
+	check(h.post(t, "newsroom", tok, snapshot("", "s", 1, "cms")), rules.AuthTokenExpired,
+		challenge+`, error="invalid_token", error_description="the token has expired"`)
 }

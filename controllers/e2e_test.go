@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -418,8 +419,9 @@ func credentials(t *testing.T, ns, connection string) (clientID, secret string) 
 
 func issueToken(t *testing.T, api, clientID, secret string) string {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodPost, api+"/tokens", nil)
-	req.SetBasicAuth(clientID, secret)
+	req, _ := http.NewRequest(http.MethodPost, api+"/tokens", strings.NewReader("grant_type=client_credentials"))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.SetBasicAuth(url.QueryEscape(clientID), url.QueryEscape(secret))
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

@@ -46,6 +46,14 @@ type Rule struct {
 	Meaning string
 	// Fix says what the producer should do.
 	Fix string
+	// OAuth2Error is the OAuth2 error code (RFC 6749 §5.2) the token
+	// endpoint answers with for this rule; empty for a rule the token
+	// endpoint never answers with.
+	OAuth2Error string
+	// OAuth2Status is the token endpoint's status for the rule when it
+	// differs from Status: RFC 6749 answers every error but
+	// invalid_client with 400.
+	OAuth2Status int
 }
 
 // Violation is one entry of an answer's "violations" or "tolerated" list.
@@ -65,6 +73,9 @@ const (
 	AuthTokenRevoked       = "auth.token.revoked"
 	AuthCredentialsInvalid = "auth.credentials.invalid"
 	AuthAttemptsExceeded   = "auth.attempts.exceeded"
+	AuthRequestInvalid     = "auth.request.invalid"
+	AuthGrantUnsupported   = "auth.grant_type.unsupported"
+	AuthScopeInvalid       = "auth.scope.invalid"
 	ConnectionInactive     = "connection.inactive"
 	WorkspaceMismatch      = "workspace.mismatch"
 	IAMRoleUnverified      = "iam.role.unverified"
@@ -103,6 +114,17 @@ const (
 	retryBackoff = "Yes, with backoff"
 )
 
+// The OAuth2 error codes of the token endpoint (RFC 6749 §5.2;
+// temporarily_unavailable is §4.1.2.1's, for a bus that cannot decide).
+const (
+	OAuth2InvalidRequest         = "invalid_request"
+	OAuth2InvalidClient          = "invalid_client"
+	OAuth2UnauthorizedClient     = "unauthorized_client"
+	OAuth2UnsupportedGrantType   = "unsupported_grant_type"
+	OAuth2InvalidScope           = "invalid_scope"
+	OAuth2TemporarilyUnavailable = "temporarily_unavailable"
+)
+
 // policyRules are the bus's own rules and SOM's snapshot-order rules.
 var policyRules = []Rule{
 	{ID: MessageTooLarge, Status: http.StatusRequestEntityTooLarge, Source: SourcePolicy, Stage: 2, Retry: retryNo,
@@ -120,10 +142,10 @@ var policyRules = []Rule{
 	{ID: AuthTokenRevoked, Status: http.StatusUnauthorized, Source: SourcePolicy, Stage: 3, Retry: "Once, with a new token",
 		Meaning: "The token was issued before the connection's last secret rotation.",
 		Fix:     "Get a new token with the connection's current secret and retry once."},
-	{ID: AuthCredentialsInvalid, Status: http.StatusUnauthorized, Source: SourcePolicy, Stage: 3, Retry: retryNo,
-		Meaning: "The token endpoint did not recognise the client id and secret.",
-		Fix:     "Check the connection's credentials Secret; after a rotation, use the new secret."},
-	{ID: AuthAttemptsExceeded, Status: http.StatusTooManyRequests, Source: SourcePolicy, Stage: 3, Retry: "After Retry-After",
+	{ID: AuthCredentialsInvalid, Status: http.StatusUnauthorized, Source: SourcePolicy, Stage: 3, Retry: retryNo, OAuth2Error: OAuth2InvalidClient,
+		Meaning: "Token endpoint only: the client did not authenticate: no credentials, an unknown client id, a wrong secret, Basic credentials that are malformed or not form-urlencoded, or a client certificate that is no connection's.",
+		Fix:     "Check the connection's credentials Secret; after a rotation, use the new secret. Send the client id and secret with HTTP Basic (each form-urlencoded first) or as client_id and client_secret in the body."},
+	{ID: AuthAttemptsExceeded, Status: http.StatusTooManyRequests, Source: SourcePolicy, Stage: 3, Retry: "After Retry-After", OAuth2Error: OAuth2InvalidClient,
 		Meaning: "Token endpoint only: too many failed attempts with this client id, or from this source address, within the window. Every attempt is refused until the lockout ends, even with the right secret.",
 		Fix:     "Fix the client's credentials, then retry after Retry-After. Tokens already issued keep working. If nobody you know failed, someone is guessing the secret: rotate it."},
 	{ID: SandboxNotEnabled, Status: http.StatusBadRequest, Source: SourcePolicy, Stage: 3, Retry: retryNo,
@@ -132,8 +154,17 @@ var policyRules = []Rule{
 	{ID: SandboxAnswerUnknown, Status: http.StatusBadRequest, Source: SourcePolicy, Stage: 3, Retry: retryNo,
 		Meaning: "Sandbox workspaces only: the Storybus-Sandbox-Answer header names no answer of the publish routes: not a catalogued refusal of theirs, not a refusal of the workspace's own modules, and not lost. Nothing was recorded or published.",
 		Fix:     "Name one refusal's rule id from the catalogue (warnings are never an answer), or lost, in one Storybus-Sandbox-Answer header."},
-	{ID: ConnectionInactive, Status: http.StatusForbidden, Source: SourcePolicy, Stage: 4, Retry: retryNo,
-		Meaning: "The connection is not active.",
+	{ID: AuthRequestInvalid, Status: http.StatusBadRequest, Source: SourcePolicy, Stage: 3, Retry: retryNo, OAuth2Error: OAuth2InvalidRequest,
+		Meaning: "Token endpoint only: the token request is malformed: its body is not application/x-www-form-urlencoded or is over 4,096 bytes, grant_type is missing, a parameter is sent twice, client_secret comes without client_id, or the client authenticated in two ways at once (HTTP Basic and client_secret in the body, or a client_id in the body other than the Basic one).",
+		Fix:     "A bug in the client: POST grant_type=client_credentials form-encoded, with the client id and secret either as HTTP Basic or as client_id and client_secret in the body, never both."},
+	{ID: AuthGrantUnsupported, Status: http.StatusBadRequest, Source: SourcePolicy, Stage: 3, Retry: retryNo, OAuth2Error: OAuth2UnsupportedGrantType,
+		Meaning: "Token endpoint only: grant_type is not client_credentials, the only grant the bus issues tokens for.",
+		Fix:     "Send grant_type=client_credentials."},
+	{ID: AuthScopeInvalid, Status: http.StatusBadRequest, Source: SourcePolicy, Stage: 3, Retry: retryNo, OAuth2Error: OAuth2InvalidScope,
+		Meaning: "Token endpoint only: the request asked for a scope. The bus has no scopes: what a token may do is decided by its connection's grants.",
+		Fix:     "Send no scope parameter (an empty one is ignored)."},
+	{ID: ConnectionInactive, Status: http.StatusForbidden, Source: SourcePolicy, Stage: 4, Retry: retryNo, OAuth2Error: OAuth2UnauthorizedClient, OAuth2Status: http.StatusBadRequest,
+		Meaning: "The connection is not active. At the token endpoint: 400 unauthorized_client.",
 		Fix:     "Configuration: ask a workspace admin to activate the connection."},
 	{ID: WorkspaceMismatch, Status: http.StatusForbidden, Source: SourcePolicy, Stage: 4, Retry: retryNo,
 		Meaning: "The token was issued for another workspace.",
@@ -207,10 +238,10 @@ var policyRules = []Rule{
 	{ID: BusPublishFailed, Status: http.StatusServiceUnavailable, Source: SourcePolicy, Stage: 13, Retry: retryBackoff,
 		Meaning: "Publishing to the topic failed. When the store refused the publish, the message was not published and its record was removed; when the outcome is unknown (a timeout), the record stays and a retry finds out, so retrying is always safe.",
 		Fix:     "Retry with the same message_id and body."},
-	{ID: RegistryUnavailable, Status: http.StatusServiceUnavailable, Source: SourcePolicy, Stage: 13, Retry: retryBackoff,
-		Meaning: "The record store is unreachable. Nothing was published.",
+	{ID: RegistryUnavailable, Status: http.StatusServiceUnavailable, Source: SourcePolicy, Stage: 13, Retry: retryBackoff, OAuth2Error: OAuth2TemporarilyUnavailable,
+		Meaning: "The record store is unreachable (at the token endpoint: the failed-attempt counters). Nothing was published, no token issued.",
 		Fix:     "Retry with the same message_id and body."},
-	{ID: BusUnavailable, Status: http.StatusServiceUnavailable, Source: SourcePolicy, Stage: 13, Retry: retryBackoff,
+	{ID: BusUnavailable, Status: http.StatusServiceUnavailable, Source: SourcePolicy, Stage: 13, Retry: retryBackoff, OAuth2Error: OAuth2TemporarilyUnavailable,
 		Meaning: "The bus hit an internal error and answered without publishing; the cause is in the bus's logs.",
 		Fix:     "Retry with the same message_id and body."},
 }
@@ -264,6 +295,31 @@ func Status(id string) int {
 	return http.StatusServiceUnavailable
 }
 
+// TokenStatus returns the HTTP status of the token endpoint's OAuth2 error
+// for the rule id, or 503 for a rule the token endpoint never answers with.
+func TokenStatus(id string) int {
+	r, ok := Lookup(id)
+	switch {
+	case !ok || r.OAuth2Error == "":
+		return http.StatusServiceUnavailable
+	case r.OAuth2Status != 0:
+		return r.OAuth2Status
+	}
+	return r.Status
+}
+
+// TokenRules returns the rules the token endpoint answers with, in
+// catalogue order.
+func TokenRules() []Rule {
+	var out []Rule
+	for _, r := range All() {
+		if r.OAuth2Error != "" {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 // New returns a violation of the catalogued rule id, with its source.
 func New(id, message, path string) Violation {
 	r, _ := Lookup(id)
@@ -293,6 +349,16 @@ func Markdown() string {
 		}
 		fmt.Fprintf(&b, "| `%s` | %s | %s | %d | %s | %s | %s |\n",
 			r.ID, status, r.Source, r.Stage, r.Retry, escapeCell(r.Meaning), escapeCell(r.Fix))
+	}
+	b.WriteString("\n## Token endpoint\n\n")
+	b.WriteString("`POST /v1/tenants/{t}/tokens` answers its refusals as OAuth2 errors (RFC 6749 §5.2), ")
+	b.WriteString("`{\"error\":\"…\",\"error_description\":\"…\",\"rule\":\"…\"}`, with `Cache-Control: no-store`. ")
+	b.WriteString("`rule` is the rule id below, an extension member that OAuth2 clients ignore. ")
+	b.WriteString("A 401 carries `WWW-Authenticate: Basic realm=\"storybus\"`; 429 and 503 carry `Retry-After`.\n\n")
+	b.WriteString("| error | status | rule |\n")
+	b.WriteString("|---|---|---|\n")
+	for _, r := range TokenRules() {
+		fmt.Fprintf(&b, "| `%s` | %d | `%s` |\n", r.OAuth2Error, TokenStatus(r.ID), r.ID)
 	}
 	return b.String()
 }

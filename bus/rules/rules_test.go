@@ -2,6 +2,7 @@ package rules_test
 
 import (
 	"flag"
+	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -144,5 +145,47 @@ func TestStatusOfUnknownRuleIsGeneric503(t *testing.T) {
 	}
 	if got := rules.Status(rules.StoryNotOwner); got != 409 {
 		t.Fatalf("status %d", got)
+	}
+}
+
+// TestTokenRulesFollowRFC6749: the token endpoint answers invalid_client
+// with 401 (or 429 while locked out), temporarily_unavailable with 503,
+// every other OAuth2 error with 400 (RFC 6749 §5.2); and docs/publish-api.md
+// maps each of them to its rule.
+func TestTokenRulesFollowRFC6749(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/publish-api.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	codes := map[string]bool{}
+	for _, r := range rules.TokenRules() {
+		codes[r.OAuth2Error] = true
+		status := rules.TokenStatus(r.ID)
+		switch r.OAuth2Error {
+		case rules.OAuth2InvalidClient:
+			if status != 401 && status != 429 {
+				t.Errorf("%s: invalid_client with %d", r.ID, status)
+			}
+		case rules.OAuth2TemporarilyUnavailable:
+			if status != 503 {
+				t.Errorf("%s: temporarily_unavailable with %d", r.ID, status)
+			}
+		case rules.OAuth2InvalidRequest, rules.OAuth2UnauthorizedClient, rules.OAuth2UnsupportedGrantType, rules.OAuth2InvalidScope:
+			if status != 400 {
+				t.Errorf("%s: %s with %d", r.ID, r.OAuth2Error, status)
+			}
+		default:
+			t.Errorf("%s: unknown OAuth2 error %q", r.ID, r.OAuth2Error)
+		}
+		row := fmt.Sprintf("| `%s` | %d | `%s` |", r.OAuth2Error, status, r.ID)
+		if !strings.Contains(string(doc), row) {
+			t.Errorf("docs/publish-api.md lacks the row %s", row)
+		}
+	}
+	if len(codes) != 6 {
+		t.Errorf("the token endpoint answers %d OAuth2 error codes: %v", len(codes), codes)
+	}
+	if got := rules.TokenStatus(rules.SequenceStale); got != 503 {
+		t.Errorf("a rule the token endpoint never answers with: %d", got)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -116,7 +117,8 @@ func startBus(t *testing.T, cfg, dataDir, addr string, args ...string) *bus {
 
 func (b *bus) token(t *testing.T) string {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodPost, "http://"+b.addr+"/v1/tenants/newsroom/tokens", nil)
+	req, _ := http.NewRequest(http.MethodPost, "http://"+b.addr+"/v1/tenants/newsroom/tokens", strings.NewReader("grant_type=client_credentials"))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	req.SetBasicAuth("cms", crashSecret)
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {

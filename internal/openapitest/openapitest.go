@@ -226,21 +226,27 @@ func missingAuthenticationToken(doc *openapi3.T, status int, header http.Header,
 	return nil
 }
 
-// listedRules checks that every violation of a refusal has a rule the
-// response lists (x-storybus-rules), or a source whose rules it may answer
-// with all (x-storybus-rule-sources). A workspace's own rules (tenant.*)
-// refuse with the status they declare, 403 or 409.
+// listedRules checks that every violation of a refusal, and the rule of
+// the token endpoint's OAuth2 error, has a rule the response lists
+// (x-storybus-rules), or a source whose rules it may answer with all
+// (x-storybus-rule-sources). A workspace's own rules (tenant.*) refuse
+// with the status they declare, 403 or 409.
 func listedRules(res *openapi3.Response, status int, body []byte) error {
 	var refusal struct {
 		Violations []struct {
 			Source string `json:"source"`
 			Rule   string `json:"rule"`
 		} `json:"violations"`
+		// Rule is an OAuth2 error's.
+		Rule string `json:"rule"`
 	}
 	if json.Unmarshal(body, &refusal) != nil {
 		return nil // not a refusal: its schema was checked
 	}
 	ruleIDs, sources := Listed(res)
+	if refusal.Rule != "" && !slices.Contains(ruleIDs, refusal.Rule) {
+		return fmt.Errorf("rule %s is not among the %s %v of this route's %d", refusal.Rule, ExtRules, ruleIDs, status)
+	}
 	for _, v := range refusal.Violations {
 		tenantRule := strings.HasPrefix(v.Rule, "tenant.") && (status == http.StatusForbidden || status == http.StatusConflict)
 		if !tenantRule && !slices.Contains(ruleIDs, v.Rule) && !slices.Contains(sources, v.Source) {

@@ -115,7 +115,7 @@ connections: %s / %s and %s / %s (development secrets, public)
 	fmt.Fprintf(w, `
 Get a token and publish a sample story.context (paste again for 200 duplicate):
 
-TOKEN=$(%s -u %s:%s -X POST %s/v1/tenants/%s/tokens | sed -E 's/.*"access_token":"([^"]+)".*/\1/')
+TOKEN=$(%s -u %s:%s -d grant_type=client_credentials %s/v1/tenants/%s/tokens | sed -E 's/.*"access_token":"([^"]+)".*/\1/')
 %s -X POST %s/v1/tenants/%s/messages -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' -d '%s'
 
 `, curl, samples.CMSClientID, samples.CMSSecret, base, samples.WorkspaceID,

@@ -68,9 +68,10 @@ func TestServeMutualTLS(t *testing.T) {
 		var a struct {
 			AccessToken string                  `json:"access_token"`
 			Violations  []struct{ Rule string } `json:"violations"`
+			Rule        string                  `json:"rule"`
 		}
 		_ = json.NewDecoder(res.Body).Decode(&a)
-		out := answer{status: res.StatusCode, token: a.AccessToken}
+		out := answer{status: res.StatusCode, token: a.AccessToken, rule: a.Rule}
 		if len(a.Violations) > 0 {
 			out.rule = a.Violations[0].Rule
 		}
@@ -82,7 +83,7 @@ func TestServeMutualTLS(t *testing.T) {
 		return post(hc, "/messages", token, snapshotJSON("", "mtls-"+string(rune('a'+story)), 1), false)
 	}
 
-	got := post(over(cms), "/tokens", "", "", false)
+	got := post(over(cms), "/tokens", "", "grant_type=client_credentials", false)
 	if got.status != http.StatusOK {
 		t.Fatalf("token by certificate: %+v", got)
 	}
@@ -100,15 +101,15 @@ func TestServeMutualTLS(t *testing.T) {
 	if got := publish(over(other), bound); got.status != http.StatusUnauthorized || got.rule != "auth.token.invalid" {
 		t.Fatalf("the bound token over another certificate: %+v", got)
 	}
-	if got := post(over(other), "/tokens", "", "", false); got.status != http.StatusUnauthorized || got.rule != "auth.credentials.invalid" {
+	if got := post(over(other), "/tokens", "", "grant_type=client_credentials", false); got.status != http.StatusUnauthorized || got.rule != "auth.credentials.invalid" {
 		t.Fatalf("a certificate of no connection: %+v", got)
 	}
-	if got := post(over(cms), "/tokens", "", "client_id=reader", false); got.status != http.StatusUnauthorized || got.rule != "auth.credentials.invalid" {
+	if got := post(over(cms), "/tokens", "", "grant_type=client_credentials&client_id=reader", false); got.status != http.StatusUnauthorized || got.rule != "auth.credentials.invalid" {
 		t.Fatalf("a client_id other than the certificate's: %+v", got)
 	}
 
 	// The secret still works, without a certificate, for an unbound token.
-	got = post(over(), "/tokens", "", "", true)
+	got = post(over(), "/tokens", "", "grant_type=client_credentials", true)
 	if claims, _ := auth.Peek(got.token); got.status != http.StatusOK || claims.Confirmation != nil {
 		t.Fatalf("token by secret: %+v", got)
 	}

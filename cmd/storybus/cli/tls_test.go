@@ -121,7 +121,8 @@ func (b *tlsBus) url(path string) string { return "https://" + b.api + "/v1/tena
 // token gets a bearer token for cms over hc.
 func (b *tlsBus) token(t *testing.T, hc *http.Client) (string, *http.Response) {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodPost, b.url("/tokens"), nil)
+	req, _ := http.NewRequest(http.MethodPost, b.url("/tokens"), strings.NewReader("grant_type=client_credentials"))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	req.SetBasicAuth("cms", cliCMSSecret)
 	res, err := hc.Do(req)
 	if err != nil {
@@ -238,7 +239,8 @@ func TestServeTLSReloadsTheKeyPair(t *testing.T) {
 	var reused []bool
 	trace := &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { reused = append(reused, i.Reused) }}
 	call := func() *http.Response {
-		req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), http.MethodPost, b.url("/tokens"), nil)
+		req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), http.MethodPost, b.url("/tokens"), strings.NewReader("grant_type=client_credentials"))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 		req.SetBasicAuth("cms", cliCMSSecret)
 		res, err := open.Do(req)
 		if err != nil {
