@@ -60,10 +60,12 @@ func TestClientCredentialsCachesUntilNearExpiry(t *testing.T) {
 		auth = append(auth, id+":"+secret)
 		n := calls
 		mu.Unlock()
-		if r.Method != http.MethodPost || r.URL.Path != "/v1/tenants/newsroom/tokens" || secret != cmsSecret {
+		if r.Method != http.MethodPost || r.URL.Path != "/v1/tenants/newsroom/tokens" || secret != cmsSecret ||
+			r.PostFormValue("grant_type") != "client_credentials" {
 			refusal(w, http.StatusUnauthorized, "auth.credentials.invalid", "unknown client id or wrong secret", "")
 			return
 		}
+		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprintf(w, `{"access_token":"t%d","token_type":"Bearer","expires_in":600}`, n)
 	})
 	clock := newFakeClock()
@@ -114,6 +116,7 @@ func TestConsumerRunHandlesEachMessageIDOnce(t *testing.T) {
 		defer mu.Unlock()
 		switch {
 		case strings.HasSuffix(r.URL.Path, "/tokens"):
+			w.Header().Set("Content-Type", "application/json")
 			fmt.Fprint(w, `{"access_token":"t","token_type":"Bearer","expires_in":3600}`)
 		case strings.HasSuffix(r.URL.Path, "/consumers/desk/messages"):
 			pulls++
@@ -513,5 +516,54 @@ func TestConsumerContinuesTheProducersTrace(t *testing.T) {
 	}
 	if len(handled) != 1 || handled[0].Parent.SpanID() != want.SpanID() || handled[0].SpanKind != trace.SpanKindConsumer {
 		t.Fatalf("handler spans %+v, want one child of the producer's span %s", handled, want.SpanID())
+	}
+}
+
+// TestClientCredentialsReadsOAuth2Errors gets tokens from a real bus
+// through the OAuth2 client, and reads each of the token endpoint's OAuth2
+// errors into an *Error with its status, error code and rule, classified
+// for the producer.
+func TestClientCredentialsReadsOAuth2Errors(t *testing.T) {
+	b := newTestBus(t)
+	ctx := context.Background()
+	cc := &client.ClientCredentials{URL: b.URL, Workspace: workspaceID, ClientID: "cms", ClientSecret: cmsSecret}
+	tr, err := cc.Fetch(ctx)
+	if err != nil || tr.AccessToken == "" || tr.TokenType != "Bearer" || tr.ExpiresIn != 3600 {
+		t.Fatalf("token %+v %v", tr, err)
+	}
+
+	wrong := &client.ClientCredentials{URL: b.URL, Workspace: workspaceID, ClientID: "cms", ClientSecret: "wrong"}
+	_, err = wrong.Token(ctx)
+	e, ok := client.AsError(err)
+	if !ok || e.Status != http.StatusUnauthorized || e.OAuth2 != "invalid_client" || e.Rule != "auth.credentials.invalid" ||
+		e.Text == "" || e.Temporary() || !e.NeedsAlert() || e.Class() != client.ClassNotAllowed {
+		t.Fatalf("wrong secret: %#v", err)
+	}
+	if !strings.Contains(e.Error(), "401 auth.credentials.invalid (OAuth2 invalid_client)") {
+		t.Fatalf("error text %q", e.Error())
+	}
+
+	// Nine more failures lock cms out: 429, temporary, with Retry-After.
+	for range 9 {
+		if _, err := wrong.Fetch(ctx); client.StatusOf(err) != http.StatusUnauthorized {
+			t.Fatalf("failure: %v", err)
+		}
+	}
+	_, err = cc.Fetch(ctx)
+	if e, ok := client.AsError(err); !ok || e.Status != http.StatusTooManyRequests || e.OAuth2 != "invalid_client" ||
+		e.Rule != "auth.attempts.exceeded" || !e.Temporary() || e.RetryAfter != 10*time.Minute {
+		t.Fatalf("locked out: %#v", err)
+	}
+
+	cfg := busWorkspace()
+	cfg.Connections[1].Active = new(bool)
+	if err := b.srv.Apply(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	reader := &client.ClientCredentials{URL: b.URL, Workspace: workspaceID, ClientID: "reader", ClientSecret: readerSecret}
+	_, err = reader.Token(ctx)
+	if e, ok := client.AsError(err); !ok || e.Status != http.StatusBadRequest || e.OAuth2 != client.OAuth2UnauthorizedClient ||
+		e.Rule != "connection.inactive" || e.Temporary() || e.Class() != client.ClassNotAllowed || !strings.Contains(e.Advice(), "configuration") {
+		t.Fatalf("inactive connection: %#v", err)
 	}
 }

@@ -27,6 +27,11 @@ const (
 	RuleQuotaExceeded    = "quota.exceeded"
 )
 
+// OAuth2UnauthorizedClient is the token endpoint's OAuth2 error for a
+// connection that may not get tokens (connection.inactive): 400 by RFC
+// 6749, but configuration, not a bug.
+const OAuth2UnauthorizedClient = "unauthorized_client"
+
 // ErrHeld is the cause of an *Error for a message that was not sent because
 // an earlier message of its story is kept in the outbox and could not be
 // delivered first: it is kept behind that one, in order.
@@ -59,8 +64,13 @@ type Error struct {
 	// Violations are the answer's violations, every one of them.
 	Violations []Violation
 	// Text is the message of an answer in API Gateway's {"message":"…"}
-	// shape (an unknown path): for people.
+	// shape (an unknown path), or the error_description of the token
+	// endpoint's OAuth2 error: for people.
 	Text string
+	// OAuth2 is the error code of the token endpoint's OAuth2 error
+	// (RFC 6749 §5.2: invalid_client, unauthorized_client, …); Rule is
+	// the catalogued rule beside it.
+	OAuth2 string
 	// RetryAfter is the answer's Retry-After, when it had one.
 	RetryAfter time.Duration
 	// RequestID is the last answer's X-Request-Id: quote it to the bus's
@@ -98,6 +108,9 @@ func (e *Error) Error() string {
 		b.WriteString(strconv.Itoa(e.Status))
 		if e.Rule != "" {
 			b.WriteString(" " + e.Rule)
+		}
+		if e.OAuth2 != "" {
+			b.WriteString(" (OAuth2 " + e.OAuth2 + ")")
 		}
 		if len(e.Violations) > 0 && e.Violations[0].Path != "" {
 			b.WriteString(" at " + e.Violations[0].Path)
@@ -166,6 +179,12 @@ func (e *Error) NeedsAlert() bool {
 // Advice says what the producer should do next, for logs.
 func (e *Error) Advice() string {
 	switch {
+	case e.OAuth2 == OAuth2UnauthorizedClient:
+		return "configuration: the connection may not get tokens; alert an administrator"
+	case e.OAuth2 != "" && e.Status == http.StatusBadRequest:
+		return "a bug in the token request: the bus refuses it"
+	case e.OAuth2 != "" && e.Status == http.StatusUnauthorized:
+		return "configuration: the client id or secret is not accepted; stop and alert"
 	case e.Status == http.StatusConflict && e.snapshot:
 		not := "it is not resent"
 		if e.NotResent {
@@ -220,8 +239,9 @@ const (
 	// ClassInvalid: 400 and 413, or a reused message_id. A bug in the
 	// producing product.
 	ClassInvalid
-	// ClassNotAllowed: 401 after a fresh token, 403, or a story owned by
-	// another system. For an administrator.
+	// ClassNotAllowed: 401 after a fresh token, 403, a connection that may
+	// not get tokens (unauthorized_client), or a story owned by another
+	// system. For an administrator.
 	ClassNotAllowed
 	// ClassStoryChanged: a snapshot refused as stale, contended or
 	// superseded.
@@ -253,6 +273,8 @@ func (c Class) String() string {
 // Class returns the failure's user-facing class.
 func (e *Error) Class() Class {
 	switch {
+	case e.OAuth2 == OAuth2UnauthorizedClient:
+		return ClassNotAllowed
 	case e.Status == http.StatusBadRequest, e.Status == http.StatusRequestEntityTooLarge:
 		return ClassInvalid
 	case e.Status == http.StatusUnauthorized, e.Status == http.StatusForbidden:

@@ -54,6 +54,11 @@ type answer struct {
 	Tolerated   []Violation `json:"tolerated"`
 	Violations  []Violation `json:"violations"`
 	Message     string      `json:"message"`
+	// OAuth2Error, ErrorDescription and Rule are the token endpoint's
+	// OAuth2 error (RFC 6749 §5.2) and the rule behind it.
+	OAuth2Error      string `json:"error"`
+	ErrorDescription string `json:"error_description"`
+	Rule             string `json:"rule"`
 }
 
 // request is one HTTP exchange; an error means there was no answer.
@@ -112,9 +117,13 @@ var traceContext propagation.TraceContext
 
 // failure turns an answer that is not a success into an *Error.
 func (a *answer) failure(now time.Time) *Error {
-	e := &Error{Status: a.status, Violations: a.Violations, Text: a.Message, RetryAfter: retryAfter(a.header, now), RequestID: a.header.Get("X-Request-Id")}
+	e := &Error{Status: a.status, Violations: a.Violations, Text: a.Message, RetryAfter: retryAfter(a.header, now),
+		RequestID: a.header.Get("X-Request-Id"), OAuth2: a.OAuth2Error, Rule: a.Rule}
 	if len(a.Violations) > 0 {
 		e.Rule = a.Violations[0].Rule
+	}
+	if a.OAuth2Error != "" {
+		e.Text = a.ErrorDescription
 	}
 	return e
 }

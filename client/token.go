@@ -5,8 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/oauth2"
+	"golang.org/x/oauth2/clientcredentials"
 )
 
 // TokenSource gives the bearer tokens requests carry.
@@ -26,9 +30,10 @@ type TokenResponse struct {
 }
 
 // ClientCredentials is a TokenSource that gets tokens from the workspace's
-// token endpoint, POST /v1/tenants/{t}/tokens, with the connection's client
-// id and secret as HTTP Basic credentials, and keeps each until shortly
-// before it expires. Without a secret, the HTTP client's TLS client
+// token endpoint, POST /v1/tenants/{t}/tokens, through the OAuth2
+// client-credentials client of golang.org/x/oauth2, with the connection's
+// client id and secret as HTTP Basic credentials, and keeps each until
+// shortly before it expires. Without a secret, the HTTP client's TLS client
 // certificate authenticates the connection (mutual TLS, see
 // NewHTTPClient), and the tokens are bound to that certificate.
 type ClientCredentials struct {
@@ -53,8 +58,8 @@ type ClientCredentials struct {
 
 // Token returns the cached token, or fetches a new one when there is none
 // or it is about to expire. A refused request is an *Error with the
-// answer's status and rule (401 auth.credentials.invalid, 403
-// connection.inactive).
+// answer's status, its OAuth2 error code and its rule (401 invalid_client
+// auth.credentials.invalid, 400 unauthorized_client connection.inactive).
 func (c *ClientCredentials) Token(ctx context.Context) (string, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -98,22 +103,30 @@ func (c *ClientCredentials) fetch(ctx context.Context) (*TokenResponse, error) {
 	if err != nil {
 		return nil, err
 	}
-	req := request{method: http.MethodPost, path: "/tokens"}
-	if c.ClientSecret != "" {
-		req.basic = &[2]string{c.ClientID, c.ClientSecret}
+	cc := &clientcredentials.Config{ClientID: c.ClientID, ClientSecret: c.ClientSecret, TokenURL: ep.base + "/tokens",
+		// Never the library's default, which guesses by sending the
+		// credentials twice: a wrong secret would count as two failed
+		// attempts. Without a secret the client certificate
+		// authenticates, and client_id goes in the body.
+		AuthStyle: oauth2.AuthStyleInHeader}
+	if c.ClientSecret == "" {
+		cc.AuthStyle = oauth2.AuthStyleInParams
 	}
-	a, err := ep.do(ctx, req)
-	if err != nil {
+	tok, err := cc.Token(context.WithValue(ctx, oauth2.HTTPClient, hc))
+	var re *oauth2.RetrieveError
+	switch {
+	case errors.As(err, &re) && re.Response != nil:
+		a := &answer{status: re.Response.StatusCode, header: re.Response.Header, body: re.Body}
+		_ = json.Unmarshal(re.Body, a)
+		return nil, a.failure(c.clock().Now())
+	case err != nil:
 		return nil, noAnswer(err)
 	}
-	if a.status != http.StatusOK {
-		return nil, a.failure(c.clock().Now())
+	expiresIn, _ := tok.Extra("expires_in").(float64)
+	if !strings.EqualFold(tok.TokenType, "Bearer") || expiresIn < 1 {
+		return nil, noAnswer(errors.New("the token endpoint's answer is not a bearer token with expires_in"))
 	}
-	var tr TokenResponse
-	if err := json.Unmarshal(a.body, &tr); err != nil || tr.AccessToken == "" || tr.ExpiresIn <= 0 {
-		return nil, noAnswer(errors.New("the token endpoint's answer is not a token"))
-	}
-	return &tr, nil
+	return &TokenResponse{AccessToken: tok.AccessToken, TokenType: tok.TokenType, ExpiresIn: int(expiresIn)}, nil
 }
 
 func (c *ClientCredentials) clock() Clock {

@@ -25,7 +25,8 @@ const (
 	// or the input is not a JSON object. Do not resend it unchanged.
 	ExitRefused = 3
 	// ExitNotAllowed: configuration. The credentials were refused even
-	// with a fresh token (401), or the connection may not do this (403).
+	// with a fresh token (401), or the connection may not do this (403, or
+	// unauthorized_client at the token endpoint).
 	// Alert an administrator.
 	ExitNotAllowed = 4
 	// ExitNotDelivered: no final answer after every retry (timeouts,
@@ -60,7 +61,7 @@ func exitCode(err error) int {
 		return ExitOK
 	case !ok:
 		return ExitError
-	case e.Status == http.StatusUnauthorized || e.Status == http.StatusForbidden:
+	case e.Status == http.StatusUnauthorized || e.Status == http.StatusForbidden || e.OAuth2 == client.OAuth2UnauthorizedClient:
 		return ExitNotAllowed
 	case e.Refused():
 		return ExitRefused
