@@ -103,7 +103,7 @@ func TestPublishIsTracedFromTheProducersTrace(t *testing.T) {
 		"storybus.story_id":         attribute.StringValue("harbour-bridge"),
 	} {
 		if got, ok := attr(srv, k); !ok || got != want {
-			t.Fatalf("server span %s = %v, want %v", k, got.Emit(), want.Emit())
+			t.Fatalf("server span %s = %v, want %v", k, got.String(), want.String())
 		}
 	}
 	// Every span is in the producer's trace; the stages are the server
@@ -151,15 +151,15 @@ func TestRefusedRequestSpanRecordsItsRule(t *testing.T) {
 	spans := exp.GetSpans()
 	srv := serverSpan(t, spans)
 	if got, _ := attr(srv, "storybus.rule"); got.AsString() != rules.GrantSystemID {
-		t.Fatalf("server span rule %q", got.Emit())
+		t.Fatalf("server span rule %q", got.String())
 	}
 	if got, _ := attr(srv, "http.response.status_code"); got.AsInt64() != 403 || srv.Status.Code == codes.Error {
-		t.Fatalf("server span status %v, %v", got.Emit(), srv.Status)
+		t.Fatalf("server span status %v, %v", got.String(), srv.Status)
 	}
 	for _, s := range spans {
 		if s.Name == "grants" {
 			if got, _ := attr(s, "storybus.rule"); got.AsString() != rules.GrantSystemID {
-				t.Fatalf("grants stage rule %q", got.Emit())
+				t.Fatalf("grants stage rule %q", got.String())
 			}
 		}
 		if s.Name == "publish core" {
