@@ -490,6 +490,7 @@ func TestSchemaRefusesBadValues(t *testing.T) {
 		{"trusted proxy not a CIDR", "trustedProxies={proxy.example}", []string{"/trustedProxies/0", "does not match pattern"}},
 		{"gateway with two slashes", "tenantExpose.gateway=a/b/c", []string{"/tenantExpose/gateway", "does not match pattern"}},
 		{"bus CPU request not a quantity", "busResources.requests.cpu=2cores", []string{"/busResources/requests/cpu", "'2cores' does not match pattern"}},
+		{"bus variable beyond OTEL_*", "busEnv.GODEBUG=x509sha1=1", []string{"invalid propertyName 'GODEBUG'", "does not match pattern '^OTEL_"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := helm(t, "template", releaseName, chartDir, "--namespace", releaseNamespace, "--set", c.set)

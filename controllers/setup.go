@@ -40,6 +40,9 @@ type Options struct {
 	// BusResources are the requests and limits of the bus container of
 	// Tenants that set no spec.resources.
 	BusResources corev1.ResourceRequirements
+	// BusEnv are OpenTelemetry variables (OTEL_*) of every bus container:
+	// a Tenant's spec.template.pod.env wins by name.
+	BusEnv []corev1.EnvVar
 	// ClusterDomain is the cluster's DNS domain, for status.endpoint.
 	ClusterDomain string
 	// Now returns the current time; nil means time.Now. Tests inject a

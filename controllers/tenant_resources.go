@@ -3,6 +3,7 @@ package controllers
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -277,10 +278,8 @@ func desiredStatefulSet(t *v1alpha1.Tenant, o Options) *appsv1ac.StatefulSetAppl
 	if rr := busResources(t, o); rr != nil {
 		container = container.WithResources(rr)
 	}
-	if tpl := podTemplate(t); tpl != nil {
-		for i := range tpl.Env {
-			container = container.WithEnv(toApplyConfiguration[corev1ac.EnvVarApplyConfiguration](&tpl.Env[i]))
-		}
+	for _, e := range busEnv(t, o) {
+		container = container.WithEnv(toApplyConfiguration[corev1ac.EnvVarApplyConfiguration](&e))
 	}
 
 	podSpec := corev1ac.PodSpec().
@@ -326,6 +325,23 @@ func busResources(t *v1alpha1.Tenant, o Options) *corev1ac.ResourceRequirementsA
 		rr = rr.WithRequests(res.Requests)
 	}
 	return rr
+}
+
+// busEnv is the bus container's environment: the operator's defaults
+// (--bus-env) that the Tenant's spec.template.pod.env does not name, then
+// the Tenant's own.
+func busEnv(t *v1alpha1.Tenant, o Options) []corev1.EnvVar {
+	var own []corev1.EnvVar
+	if tpl := podTemplate(t); tpl != nil {
+		own = tpl.Env
+	}
+	var out []corev1.EnvVar
+	for _, e := range o.BusEnv {
+		if !slices.ContainsFunc(own, func(x corev1.EnvVar) bool { return x.Name == e.Name }) {
+			out = append(out, e)
+		}
+	}
+	return append(out, own...)
 }
 
 // podTemplate returns spec.template.pod, nil when unset.

@@ -282,3 +282,22 @@ func TestBusArgsTrustedProxies(t *testing.T) {
 		})
 	}
 }
+
+// TestBusEnv: the operator's OpenTelemetry defaults reach every bus
+// container, and a Tenant's own variable of the same name replaces one.
+func TestBusEnv(t *testing.T) {
+	o := Options{BusImage: "img", BusEnv: []corev1.EnvVar{
+		{Name: "OTEL_EXPORTER_OTLP_ENDPOINT", Value: "http://platform-collector:4318"},
+		{Name: "OTEL_TRACES_SAMPLER", Value: "parentbased_traceidratio"},
+	}}
+	tn := &v1alpha1.Tenant{ObjectMeta: metav1.ObjectMeta{Name: "n", Namespace: "ns"}}
+	if got := renderedPod(t, desiredStatefulSet(tn, o)).Spec.Containers[0].Env; !reflect.DeepEqual(got, o.BusEnv) {
+		t.Fatalf("defaults: env %+v", got)
+	}
+	tn.Spec.Template = &v1alpha1.TenantTemplate{Pod: &v1alpha1.PodTemplate{Env: []corev1.EnvVar{
+		{Name: "OTEL_EXPORTER_OTLP_ENDPOINT", Value: "http://newsroom-collector:4318"}}}}
+	want := []corev1.EnvVar{o.BusEnv[1], tn.Spec.Template.Pod.Env[0]}
+	if got := renderedPod(t, desiredStatefulSet(tn, o)).Spec.Containers[0].Env; !reflect.DeepEqual(got, want) {
+		t.Fatalf("a Tenant's own: env %+v, want %+v", got, want)
+	}
+}

@@ -80,8 +80,11 @@ type OperatorOptions struct {
 	PodMonitor         bool
 	PodMonitorInterval string
 	PodMonitorLabels   map[string]string
-	LogFormat          string
-	LogLevel           string
+	// BusEnv are NAME=VALUE OpenTelemetry variables (OTEL_*) of every bus
+	// container; a Tenant's spec.template.pod.env wins by name.
+	BusEnv    []string
+	LogFormat string
+	LogLevel  string
 }
 
 func (o *OperatorOptions) bind(cmd *cobra.Command) {
@@ -112,7 +115,21 @@ func (o *OperatorOptions) bind(cmd *cobra.Command) {
 	f.BoolVar(&o.PodMonitor, "pod-monitor", false, "write a Prometheus Operator PodMonitor scraping the bus pods of every Tenant that does not set spec.monitoring.podMonitor.enabled (where the cluster serves monitoring.coreos.com/v1 PodMonitor)")
 	f.StringVar(&o.PodMonitorInterval, "pod-monitor-interval", "", "scrape interval of the PodMonitors of Tenants that set none, e.g. 30s; empty leaves it to Prometheus")
 	f.StringToStringVar(&o.PodMonitorLabels, "pod-monitor-labels", nil, "labels of every PodMonitor, those the platform's Prometheus selects PodMonitors by, e.g. release=kube-prometheus-stack")
+	f.StringArrayVar(&o.BusEnv, "bus-env", nil, "an OpenTelemetry variable NAME=VALUE (OTEL_* only) of every bus container, such as OTEL_EXPORTER_OTLP_ENDPOINT=http://collector:4318 (repeatable; a Tenant's spec.template.pod.env wins by name)")
 	bindLogFlags(cmd, &o.LogFormat, &o.LogLevel)
+}
+
+// busEnv reads --bus-env: NAME=VALUE pairs of OTEL_* variables.
+func (o *OperatorOptions) busEnv() ([]corev1.EnvVar, error) {
+	var out []corev1.EnvVar
+	for _, kv := range o.BusEnv {
+		name, value, ok := strings.Cut(kv, "=")
+		if !ok || !strings.HasPrefix(name, "OTEL_") {
+			return nil, usageError{fmt.Errorf("--bus-env: %q is not OTEL_NAME=VALUE; only OpenTelemetry's variables can be set on the bus", kv)}
+		}
+		out = append(out, corev1.EnvVar{Name: name, Value: value})
+	}
+	return out, nil
 }
 
 // DefaultMaxConcurrentReconciles is --max-concurrent-reconciles' default,
@@ -175,6 +192,9 @@ func (o *OperatorOptions) validate() error {
 		if _, err := netip.ParsePrefix(c); err != nil {
 			return usageError{fmt.Errorf("--trusted-proxies: %q is not a CIDR such as 10.0.0.0/8", c)}
 		}
+	}
+	if _, err := o.busEnv(); err != nil {
+		return err
 	}
 	if !scrapeInterval.MatchString(o.PodMonitorInterval) {
 		return usageError{fmt.Errorf("--pod-monitor-interval: %q is not a duration such as 30s or 1m30s", o.PodMonitorInterval)}
@@ -311,12 +331,17 @@ func RunOperator(ctx context.Context, o OperatorOptions, cfg *rest.Config, log l
 	if err != nil {
 		return err
 	}
+	busEnv, err := o.busEnv()
+	if err != nil {
+		return err
+	}
 	if err := controllers.Setup(mgr, controllers.Options{
 		Expose:          controllers.ExposeOptions{Gateway: gateway},
 		TrustedProxies:  o.TrustedProxies,
 		BusImage:        o.BusImage,
 		BusPlatformUID:  o.BusPlatformUID,
 		BusResources:    busResources,
+		BusEnv:          busEnv,
 		ClusterDomain:   o.ClusterDomain,
 		NetworkPolicy:   np,
 		WatchNamespaces: o.WatchNamespaces,

@@ -86,6 +86,23 @@ func TestExposeGatewayFlag(t *testing.T) {
 // TestPodMonitorFlags: --pod-monitor-interval is a Prometheus duration
 // and --pod-monitor-labels are valid labels; anything else is a usage
 // error naming the flag.
+// TestBusEnvFlag: --bus-env takes OTEL_NAME=VALUE, commas and '=' in the
+// value included, and refuses every other variable.
+func TestBusEnvFlag(t *testing.T) {
+	o := OperatorOptions{BusEnv: []string{"OTEL_EXPORTER_OTLP_ENDPOINT=http://collector:4318", "OTEL_RESOURCE_ATTRIBUTES=team=news,env=prod"}}
+	env, err := o.busEnv()
+	if err != nil || len(env) != 2 || env[1].Name != "OTEL_RESOURCE_ATTRIBUTES" || env[1].Value != "team=news,env=prod" {
+		t.Fatalf("%+v %v", env, err)
+	}
+	var ue usageError
+	for _, flag := range []string{"GODEBUG=x509sha1=1", "OTEL_EXPORTER_OTLP_ENDPOINT", "=x"} {
+		o := OperatorOptions{BusEnv: []string{flag}}
+		if _, err := o.busEnv(); !errors.As(err, &ue) || !strings.Contains(err.Error(), "--bus-env") {
+			t.Errorf("%q: %v, want a usage error naming --bus-env", flag, err)
+		}
+	}
+}
+
 func TestPodMonitorFlags(t *testing.T) {
 	valid := OperatorOptions{MaxConcurrentReconciles: 1, LogFormat: "json", LogLevel: "info",
 		PodMonitorInterval: "1m30s", PodMonitorLabels: map[string]string{"release": "kube-prometheus-stack"}}
