@@ -40,8 +40,9 @@ dev: ## Run the bus on the sample workspace with embedded JetStream.
 	$(GO) run ./cmd/storybus dev
 
 .PHONY: tools
-tools: ## Build kube-apiserver, etcd and helm from the Go module proxy into bin/.
+tools: ## Build kube-apiserver, etcd and helm from the Go module proxy into bin/; install promtool when missing.
 	hack/envtest-binaries.sh
+	hack/promtool.sh
 
 # controller-gen comes from its own pinned module (hack/tools/controller-gen),
 # never from the root go.mod; it is rebuilt when that module changes.

@@ -145,13 +145,16 @@ func Build(binary []byte, opts Options) (v1.Image, error) {
 	return mutate.ConfigFile(img, cf)
 }
 
+// License is the SPDX identifier of the repository's LICENSE, the image's
+// org.opencontainers.image.licenses label.
+const License = "Apache-2.0"
+
 // labels returns the image's OCI labels, with version unless it is empty.
-// The repository declares no licence, so there is no
-// org.opencontainers.image.licenses.
 func labels(version string) map[string]string {
 	l := map[string]string{
-		"org.opencontainers.image.title":  "storybus",
-		"org.opencontainers.image.source": Source,
+		"org.opencontainers.image.title":    "storybus",
+		"org.opencontainers.image.source":   Source,
+		"org.opencontainers.image.licenses": License,
 	}
 	if version != "" {
 		l["org.opencontainers.image.version"] = version

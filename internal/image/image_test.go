@@ -186,19 +186,21 @@ func TestImage(t *testing.T) {
 			t.Errorf("platform %s/%s, want linux/%s", cf.OS, cf.Architecture, runtime.GOARCH)
 		}
 		wantLabels := map[string]string{
-			"org.opencontainers.image.title":   "storybus",
-			"org.opencontainers.image.source":  "https://github.com/storybus/storybus",
-			"org.opencontainers.image.version": "1.2.3",
+			"org.opencontainers.image.title":    "storybus",
+			"org.opencontainers.image.source":   "https://github.com/storybus/storybus",
+			"org.opencontainers.image.version":  "1.2.3",
+			"org.opencontainers.image.licenses": "Apache-2.0",
 		}
 		if !maps.Equal(c.Labels, wantLabels) {
 			t.Errorf("Labels %v, want %v", c.Labels, wantLabels)
 		}
-		// The licenses label is left out because the repository has no
-		// licence; one that gains a licence must label its image with it.
-		for _, pattern := range []string{"LICEN[CS]E*", "COPYING*"} {
-			if found, _ := filepath.Glob(filepath.Join(repoRoot, pattern)); len(found) > 0 {
-				t.Errorf("the repository has %v: label the image org.opencontainers.image.licenses", found)
-			}
+		// The licenses label must name the repository's own licence.
+		license, err := os.ReadFile(filepath.Join(repoRoot, "LICENSE"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(license), "Apache License") || !strings.Contains(string(license), "Version 2.0") {
+			t.Errorf("LICENSE is not the Apache License 2.0 the licenses label says")
 		}
 		if !cf.Created.Time.Equal(epoch) {
 			t.Errorf("created %v, want the Unix epoch", cf.Created.Time)
