@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"unicode"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -17,6 +18,10 @@ const EnvPrefix = "STORYBUS_"
 // envAnnotation marks a flag read from the environment too; its value is
 // the variable's name.
 const envAnnotation = "storybus.io/env"
+
+// fromEnvAnnotation marks a flag whose value flagsFromEnv took from its
+// variable, so that an error about the value can name the variable.
+const fromEnvAnnotation = "storybus.io/from-env"
 
 // EnvName returns the environment variable of the flag name.
 func EnvName(flag string) string {
@@ -72,8 +77,34 @@ func flagsFromEnv(cmd *cobra.Command) error {
 		}
 		if serr != nil {
 			err = usageError{fmt.Errorf("%s=%q: %w", env[0], v, serr)}
+			return
 		}
 		// f.Changed stays false: it says what the command line gave.
+		_ = cmd.Flags().SetAnnotation(f.Name, fromEnvAnnotation, env)
 	})
 	return err
+}
+
+// nameTheVariable prefixes a usage error of cmd that begins with a flag
+// ("--sync must be always or interval") with the variable the flag's value
+// came from, when it came from the environment: the flag is not on the
+// command line the user is looking at. The value is not repeated, since it
+// may be a secret.
+func nameTheVariable(cmd *cobra.Command, msg string) string {
+	name, ok := strings.CutPrefix(msg, "--")
+	if !ok || cmd == nil {
+		return msg
+	}
+	if i := strings.IndexFunc(name, func(r rune) bool { return r != '-' && !unicode.IsLetter(r) && !unicode.IsDigit(r) }); i >= 0 {
+		name = name[:i]
+	}
+	f := cmd.Flags().Lookup(name)
+	if f == nil {
+		return msg
+	}
+	env, fromEnv := f.Annotations[fromEnvAnnotation]
+	if !fromEnv {
+		return msg
+	}
+	return env[0] + ": " + msg
 }

@@ -101,13 +101,13 @@ func TestServeAndOperatorReadTheEnvironment(t *testing.T) {
 		want string
 	}{
 		{"serve: a bad --sync from the environment", map[string]string{"STORYBUS_SYNC": "sometimes", "STORYBUS_CONFIG": "/nonexistent/workspace.yaml"},
-			[]string{"serve"}, ExitUsage, "--sync must be always or interval"},
+			[]string{"serve"}, ExitUsage, "storybus: STORYBUS_SYNC: --sync must be always or interval"},
 		{"serve: the command line wins", map[string]string{"STORYBUS_SYNC": "sometimes", "STORYBUS_CONFIG": "/nonexistent/workspace.yaml"},
 			[]string{"serve", "--sync", "interval"}, ExitError, "/nonexistent/workspace.yaml"},
 		{"serve: --log-level from the environment", map[string]string{"STORYBUS_LOG_LEVEL": "loud", "STORYBUS_CONFIG": "/nonexistent/workspace.yaml"},
-			[]string{"serve"}, ExitUsage, "--log-level"},
+			[]string{"serve"}, ExitUsage, "storybus: STORYBUS_LOG_LEVEL: --log-level"},
 		{"serve: --log-level on the command line", nil,
-			[]string{"serve", "--config", "/nonexistent/workspace.yaml", "--log-level", "loud"}, ExitUsage, "--log-level"},
+			[]string{"serve", "--config", "/nonexistent/workspace.yaml", "--log-level", "loud"}, ExitUsage, "storybus: --log-level"},
 		{"serve: a value the flag does not take", map[string]string{"STORYBUS_REPLICAS": "three"},
 			[]string{"serve", "--config", "/nonexistent/workspace.yaml"}, ExitUsage, `STORYBUS_REPLICAS="three"`},
 		{"operator: --kubeconfig from the environment", map[string]string{"STORYBUS_KUBECONFIG": "/nonexistent/from-env"},
@@ -129,6 +129,9 @@ func TestServeAndOperatorReadTheEnvironment(t *testing.T) {
 			}
 			if strings.Contains(tc.name, "wins") && strings.Contains(errOut, "from-env") || strings.Contains(errOut, "sometimes") && code != ExitUsage {
 				t.Errorf("the environment's value was used over the flag's: %q", errOut)
+			}
+			if len(tc.env) == 0 && strings.Contains(errOut, EnvPrefix) {
+				t.Errorf("a value from the command line is blamed on a variable: %q", errOut)
 			}
 		})
 	}

@@ -28,17 +28,19 @@ type usageError struct{ error }
 func Execute(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	root := NewRoot(stdin, stdout, stderr)
 	root.SetArgs(args)
-	err := root.ExecuteContext(ctx)
+	cmd, err := root.ExecuteContextC(ctx)
 	if err == nil {
 		return ExitOK
 	}
 	// One line, as the documentation promises: errors.Join writes one line
 	// per joined error.
-	fmt.Fprintln(stderr, "storybus:", strings.ReplaceAll(err.Error(), "\n", ": "))
+	msg := strings.ReplaceAll(err.Error(), "\n", ": ")
 	var ue usageError
 	if errors.As(err, &ue) {
+		fmt.Fprintln(stderr, "storybus:", nameTheVariable(cmd, msg))
 		return ExitUsage
 	}
+	fmt.Fprintln(stderr, "storybus:", msg)
 	var ce interface{ ExitCode() int }
 	if errors.As(err, &ce) {
 		return ce.ExitCode()
