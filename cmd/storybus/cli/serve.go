@@ -226,6 +226,7 @@ func Serve(ctx context.Context, o ServeOptions, cfgs []*config.Workspace, log *s
 	bo := bus.Options{Store: st, Faults: faults, TopicRetention: o.TopicRetention, Logger: log, AccessLog: access, TokenAttempts: &o.TokenAttempts, TrustedProxies: proxies, Consumers: &o.Consumers}
 	if tp != nil {
 		bo.TracerProvider = tp
+		logTracingErrors(log)
 		defer func() {
 			// The last spans are sent before the process ends.
 			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

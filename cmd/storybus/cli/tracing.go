@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/sdk/resource"
@@ -65,4 +67,14 @@ func newTracerProvider(ctx context.Context, getenv func(string) string, serviceN
 		return nil, fmt.Errorf("OTEL_RESOURCE_ATTRIBUTES: %w", err)
 	}
 	return sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res)), nil
+}
+
+// logTracingErrors sends the OpenTelemetry SDK's errors (a batch of spans
+// the collector refused or never received) to log, one structured line
+// each, instead of the SDK's default: an unstructured line on standard
+// error that breaks a JSON log.
+func logTracingErrors(log *slog.Logger) {
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
+		log.Warn("tracing failed", "error", err)
+	}))
 }

@@ -3,15 +3,19 @@ package cli
 import (
 	"bytes"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"go.opentelemetry.io/otel"
 
 	"github.com/storybus/storybus/internal/testutil"
 )
@@ -97,4 +101,22 @@ func TestServeExportsTracesOverOTLP(t *testing.T) {
 		}
 		return fmt.Errorf("%d exports, none with the producer's trace", len(exported))
 	})
+}
+
+// TestTracingErrorsAreLogLines: an export the collector never received is
+// reported by the SDK through the global error handler, which by default
+// writes an unstructured line that a JSON log's reader cannot parse.
+func TestTracingErrorsAreLogLines(t *testing.T) {
+	previous := otel.GetErrorHandler()
+	t.Cleanup(func() { otel.SetErrorHandler(previous) })
+	var buf bytes.Buffer
+	logTracingErrors(slog.New(slog.NewJSONHandler(&buf, nil)))
+	otel.Handle(errors.New("traces export: connection refused"))
+	var line struct{ Level, Msg, Error string }
+	if err := json.Unmarshal(buf.Bytes(), &line); err != nil {
+		t.Fatalf("not one JSON log line: %q: %v", buf.String(), err)
+	}
+	if line.Level != "WARN" || line.Msg != "tracing failed" || line.Error != "traces export: connection refused" {
+		t.Errorf("logged %+v, want a warning \"tracing failed\" with the error", line)
+	}
 }
