@@ -389,9 +389,12 @@ func (l *Level) write(b *strings.Builder) {
 		tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "round\tbus msgs/s\trelay\trelay two-write\traw\tthree-write\tbus ÷ relay\tbus ÷ relay two-write\tbus ÷ raw\tbus ÷ three-write")
 		for _, rd := range l.Rounds {
-			fmt.Fprintf(tw, "%d\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.2f\t%.2f\t%.2f\t%.2f\n", rd.Round, rd.Bus.PerSecond, rd.Relay.PerSecond,
-				rd.RelayTwoWrite.PerSecond, rd.Raw.PerSecond, rd.ThreeWrite.PerSecond, rd.BusOverRelay.Throughput,
-				rd.BusOverRelayTwoWrite.Throughput, rd.BusOverRaw.Throughput, rd.BusOverThreeWrite.Throughput)
+			// A phase that did not run shows a dash, not a measured zero.
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", rd.Round, orDash("%.0f", rd.Bus.PerSecond),
+				orDash("%.0f", rd.Relay.PerSecond), orDash("%.0f", rd.RelayTwoWrite.PerSecond), orDash("%.0f", rd.Raw.PerSecond),
+				orDash("%.0f", rd.ThreeWrite.PerSecond), orDash("%.2f", rd.BusOverRelay.Throughput),
+				orDash("%.2f", rd.BusOverRelayTwoWrite.Throughput), orDash("%.2f", rd.BusOverRaw.Throughput),
+				orDash("%.2f", rd.BusOverThreeWrite.Throughput))
 		}
 		_ = tw.Flush()
 	}

@@ -3,10 +3,12 @@ package bus
 import (
 	"context"
 	"crypto/x509"
+	"errors"
 	"maps"
 	"slices"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/storybus/storybus/bus/config"
@@ -85,6 +87,9 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 // workspace's topic: the HTTP API's and those of NATS clients alike.
 func (s *Server) collectConsumers(ctx context.Context, ws *workspace, ch chan<- prometheus.Metric) error {
 	topic, err := s.opts.Store.JS.Stream(ctx, store.StreamName(ws.id))
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil // no topic yet (or any more): no consumers, nothing pending
+	}
 	if err != nil {
 		return err
 	}
