@@ -184,7 +184,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	var s site
 	var err error
 	if o.Remote != nil {
-		s, err = newRemote(o)
+		s, err = newRemote(ctx, o)
 	} else {
 		s, err = newEnv(ctx, o)
 	}

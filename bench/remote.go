@@ -71,7 +71,14 @@ type remote struct {
 	run string
 }
 
-func newRemote(o Options) (*remote, error) {
+// newRemote gets a first token before any producer starts: with wrong
+// credentials every producer would ask for tokens again and again, and the
+// bus locks a client id out of its token endpoint after a few failures (10
+// by default, for 10 minutes), the connection's real producers with it.
+func newRemote(ctx context.Context, o Options) (*remote, error) {
+	if _, err := o.Remote.Tokens.Token(ctx); err != nil {
+		return nil, fmt.Errorf("token: %w", err)
+	}
 	if tr, ok := o.Remote.HTTPClient.Transport.(*http.Transport); ok {
 		keepAlive(tr, slices.Max(o.Producers))
 	}

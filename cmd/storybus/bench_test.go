@@ -114,6 +114,29 @@ func TestBenchDrivesARunningBus(t *testing.T) {
 	checkEveryMessageAccepted(t, rep, []int{2}, 8)
 }
 
+// TestBenchWithWrongCredentialsStopsAtOnce: a mistyped secret ends the run
+// after one refused token request, instead of every producer asking again
+// until the bus locks the client id out, and the connection's producers
+// with it, for the lockout window.
+func TestBenchWithWrongCredentialsStopsAtOnce(t *testing.T) {
+	dir := t.TempDir()
+	b := startBus(t, writeConfig(t, dir), filepath.Join(dir, "data"), testutil.FreeAddr(t))
+	url := "http://" + b.addr + "/v1/tenants/newsroom"
+	cmd := exec.Command(binary, "bench", "--url", url, "--client-id", "cms", "--producers", "4", "--messages", "40", "--warmup", "0")
+	cmd.Env = append(os.Environ(), "STORYBUS_CLIENT_SECRET=wrong-secret-wrong-secret-wrong-secret", "STORYBUS_CA_FILE=")
+	out, err := cmd.CombinedOutput()
+	if code := cmd.ProcessState.ExitCode(); err == nil || code != 1 || !strings.Contains(string(out), "invalid_client") {
+		t.Fatalf("bench with a wrong secret: exit %d, %v\n%s", code, err, out)
+	}
+	if strings.Contains(string(out), "producers ==") {
+		t.Errorf("bench ran phases without a token:\n%s", out)
+	}
+	// The client id is not locked out: the right secret still gets tokens.
+	_, rep := runBench(t, []string{"STORYBUS_CLIENT_SECRET=" + crashSecret},
+		"--url", url, "--client-id", "cms", "--producers", "2", "--messages", "8", "--warmup", "0")
+	checkEveryMessageAccepted(t, rep, []int{2}, 8)
+}
+
 // TestBenchDrivesABusOverTLS runs `storybus bench --url https://…` against
 // `storybus dev --tls`, trusting its CA with --ca-file.
 func TestBenchDrivesABusOverTLS(t *testing.T) {
