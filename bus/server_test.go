@@ -251,8 +251,8 @@ func checkTokenError(t testing.TB, a answer) {
 			t.Fatalf("error_description %q has a character RFC 6749 §5.2 does not allow", a.ErrorDescription)
 		}
 	}
-	if got := a.Header.Get("Cache-Control"); got != "no-store" {
-		t.Fatalf("OAuth2 error with Cache-Control %q", got)
+	if cc, pragma := a.Header.Get("Cache-Control"), a.Header.Get("Pragma"); cc != "no-store" || pragma != "no-cache" {
+		t.Fatalf("OAuth2 error with Cache-Control %q, Pragma %q", cc, pragma)
 	}
 	if got := a.Header.Get("WWW-Authenticate"); (a.Status == http.StatusUnauthorized) != (got == `Basic realm="storybus"`) {
 		t.Fatalf("%d with WWW-Authenticate %q", a.Status, got)

@@ -235,7 +235,7 @@ func tokenError(c *gin.Context, retryAfter time.Duration, v rules.Violation) {
 	case http.StatusTooManyRequests, http.StatusServiceUnavailable:
 		c.Header("Retry-After", strconv.Itoa(retryAfterSeconds(retryAfter)))
 	}
-	c.Header("Cache-Control", "no-store")
+	noStore(c)
 	c.Set(ctxRule, v.Rule)
 	answer := TokenError{Error: code, Description: descriptionText(v.Message), Rule: v.Rule}
 	if status >= http.StatusInternalServerError {
@@ -300,7 +300,7 @@ func (s *Server) issue(c *gin.Context, ws *workspace, cfg *config.Workspace, con
 		tokenError(c, time.Second, rules.New(rules.BusUnavailable, "internal error; retry", ""))
 		return
 	}
-	c.Header("Cache-Control", "no-store")
+	noStore(c)
 	writeJSON(c, http.StatusOK, TokenResponse{AccessToken: token, TokenType: "Bearer", ExpiresIn: int(ttl.Seconds())})
 }
 
@@ -309,4 +309,11 @@ func (s *Server) issue(c *gin.Context, ws *workspace, cfg *config.Workspace, con
 func (s *Server) attemptCountersUnavailable(c *gin.Context, ws *workspace, err error) {
 	s.log.ErrorContext(c.Request.Context(), "token attempt counters unavailable", "workspace", ws.id, "error", err)
 	tokenError(c, time.Second, rules.New(rules.RegistryUnavailable, "the failed-attempt counters are unreachable; retry after Retry-After", ""))
+}
+
+// noStore marks a token answer uncacheable as RFC 6749 §5.1 asks: with
+// Cache-Control for HTTP/1.1 caches and Pragma for HTTP/1.0 ones.
+func noStore(c *gin.Context) {
+	c.Header("Cache-Control", "no-store")
+	c.Header("Pragma", "no-cache")
 }

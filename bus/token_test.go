@@ -275,8 +275,8 @@ func TestTokenRequestMustBeAnOAuth2Request(t *testing.T) {
 		if err != nil || res.StatusCode != http.StatusOK || tr.AccessToken == "" || tr.TokenType != "Bearer" || tr.ExpiresIn != 3600 {
 			t.Fatalf("%s: %d %+v %v", body, res.StatusCode, tr, err)
 		}
-		if cc := res.Header.Get("Cache-Control"); cc != "no-store" {
-			t.Fatalf("%s: Cache-Control %q", body, cc)
+		if cc, pragma := res.Header.Get("Cache-Control"), res.Header.Get("Pragma"); cc != "no-store" || pragma != "no-cache" {
+			t.Fatalf("%s: Cache-Control %q, Pragma %q", body, cc, pragma)
 		}
 	}
 }
