@@ -262,12 +262,17 @@ func TestConsumeCountStopsWithinAPull(t *testing.T) {
 // none, never ignored; so is an unknown command, at the top or in a group.
 func TestStrayArgumentsAreUsageErrors(t *testing.T) {
 	for _, args := range [][]string{
-		{"bogus"}, {"publis"}, {"outbox", "bogus"}, {"version", "extra"},
+		{"bogus"}, {"publis"}, {"outbox", "bogus"}, {"version", "extra"}, {"help", "bogus"}, {"help", "outbox", "bogus"},
 		{"serve", "extra"}, {"dev", "extra"}, {"bench", "extra"}, {"operator", "extra"},
 		{"token", "extra"}, {"outbox", "list", "extra"}, {"outbox", "resend", "extra"}, {"consume", "a", "b"},
 	} {
 		if code, _, errOut := run(t, "", args...); code != ExitUsage {
 			t.Errorf("%v: exit %d, want %d (%s)", args, code, ExitUsage, errOut)
+		}
+	}
+	for _, args := range [][]string{{"help"}, {"help", "outbox", "list"}, {"outbox", "--help"}} {
+		if code, out, errOut := run(t, "", args...); code != ExitOK || !strings.Contains(out, "Usage:") {
+			t.Errorf("%v: exit %d, want %d with the help (%q %s)", args, code, ExitOK, out, errOut)
 		}
 	}
 }

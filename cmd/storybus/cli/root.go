@@ -70,6 +70,7 @@ func NewRoot(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
 	root.AddCommand(newTokenCommand(), newPublishCommand(), newOutboxCommand(), newConsumeCommand())
 	root.AddCommand(newVersionCommand())
 	root.AddCommand(newOpenAPICommand())
+	root.SetHelpCommand(newHelpCommand())
 	argsAreUsage(root)
 	return root
 }
@@ -95,6 +96,23 @@ func argsAreUsage(cmd *cobra.Command) {
 	}
 	for _, sub := range cmd.Commands() {
 		argsAreUsage(sub)
+	}
+}
+
+// newHelpCommand is `storybus help [command]`: cobra's own prints the
+// root's help and exits 0 for a topic it does not know; this one makes that
+// a usage error, as an unknown command is.
+func newHelpCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "help [command]",
+		Short: "Help about any command",
+		RunE: func(c *cobra.Command, args []string) error {
+			cmd, rest, err := c.Root().Find(args)
+			if err != nil || len(rest) > 0 {
+				return usageError{fmt.Errorf("unknown help topic %q", strings.Join(args, " "))}
+			}
+			return cmd.Help()
+		},
 	}
 }
 
