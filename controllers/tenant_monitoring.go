@@ -93,25 +93,19 @@ func (r *TenantReconciler) reconcilePodMonitor(ctx context.Context, s *tenantSco
 // ready says why in its metrics), as job storybus-bus with the Tenant's
 // name as the tenant label.
 func desiredPodMonitor(t *v1alpha1.Tenant, o MonitoringOptions) *unstructured.Unstructured {
-	labels := map[string]any{}
 	interval := o.Interval
-	userLabels := maps.Clone(o.Labels)
+	labels := maps.Clone(o.Labels)
+	if labels == nil {
+		labels = map[string]string{}
+	}
 	if m := t.Spec.Monitoring; m != nil && m.PodMonitor != nil {
 		if m.PodMonitor.Interval != "" {
 			interval = m.PodMonitor.Interval
 		}
-		if userLabels == nil {
-			userLabels = map[string]string{}
-		}
-		maps.Copy(userLabels, m.PodMonitor.Labels)
-	}
-	for k, v := range userLabels {
-		labels[k] = v
+		maps.Copy(labels, m.PodMonitor.Labels)
 	}
 	// The operator's own labels win: it finds its objects by them.
-	for k, v := range tenantLabels(t) {
-		labels[k] = v
-	}
+	maps.Copy(labels, tenantLabels(t))
 	selector := map[string]any{}
 	for k, v := range selectorLabels(t) {
 		selector[k] = v
@@ -129,20 +123,12 @@ func desiredPodMonitor(t *v1alpha1.Tenant, o MonitoringOptions) *unstructured.Un
 		endpoint["interval"] = interval
 	}
 	u := &unstructured.Unstructured{Object: map[string]any{
-		"metadata": map[string]any{
-			"name":      busName(t),
-			"namespace": t.Namespace,
-			"labels":    labels,
-			"ownerReferences": []any{map[string]any{
-				"apiVersion": v1alpha1.GroupVersion.String(), "kind": "Tenant", "name": t.Name, "uid": string(t.UID),
-				"controller": true, "blockOwnerDeletion": true,
-			}},
-		},
 		"spec": map[string]any{
 			"selector":            map[string]any{"matchLabels": selector},
 			"podMetricsEndpoints": []any{endpoint},
 		},
 	}}
 	u.SetGroupVersionKind(podMonitorGVK)
+	setTenantMetadata(u, t, busName(t), labels)
 	return u
 }

@@ -126,20 +126,7 @@ func desiredCertificate(t *v1alpha1.Tenant, clusterDomain string) *unstructured.
 	for _, n := range certificateDNSNames(t, clusterDomain) {
 		names = append(names, n)
 	}
-	labels := map[string]any{}
-	for k, v := range tenantLabels(t) {
-		labels[k] = v
-	}
 	u := &unstructured.Unstructured{Object: map[string]any{
-		"metadata": map[string]any{
-			"name":      tlsSecretName(t),
-			"namespace": t.Namespace,
-			"labels":    labels,
-			"ownerReferences": []any{map[string]any{
-				"apiVersion": v1alpha1.GroupVersion.String(), "kind": "Tenant", "name": t.Name, "uid": string(t.UID),
-				"controller": true, "blockOwnerDeletion": true,
-			}},
-		},
 		"spec": map[string]any{
 			"secretName": tlsSecretName(t),
 			"commonName": busName(t) + "." + t.Namespace + ".svc",
@@ -153,7 +140,17 @@ func desiredCertificate(t *v1alpha1.Tenant, clusterDomain string) *unstructured.
 		},
 	}}
 	u.SetGroupVersionKind(certificateGVK)
+	setTenantMetadata(u, t, tlsSecretName(t), tenantLabels(t))
 	return u
+}
+
+// setTenantMetadata names an unstructured object the operator writes for
+// t, in t's namespace, with labels, and makes t its controlling owner.
+func setTenantMetadata(u *unstructured.Unstructured, t *v1alpha1.Tenant, name string, labels map[string]string) {
+	u.SetName(name)
+	u.SetNamespace(t.Namespace)
+	u.SetLabels(labels)
+	u.SetOwnerReferences([]metav1.OwnerReference{*metav1.NewControllerRef(t, v1alpha1.GroupVersion.WithKind("Tenant"))})
 }
 
 // kindWatch starts the watch of a kind whose CRDs may be installed after
