@@ -161,13 +161,15 @@ func (e *env) open(ctx context.Context, p PhaseName, ws string) (target, error) 
 		}
 		return &rawTarget{wsStore{js: e.st.JS, id: ws}, w}, nil
 	case PhaseThreeWrite:
-		w, err := e.st.OpenWorkspace(ctx, ws, config.MinIdempotencyWindow, 0)
+		w, err := e.st.OpenWorkspace(ctx, ws, config.MinIdempotencyWindow, 0, store.DurableRecords())
 		if err != nil {
 			return nil, err
 		}
 		return &threeWriteTarget{rawTarget{wsStore{js: e.st.JS, id: ws}, w}}, nil
 	case PhaseRelay, PhaseRelayTwoWrite:
-		w, err := e.st.OpenWorkspace(ctx, ws, config.MinIdempotencyWindow, 0)
+		// The two-write relay records the way a naive front would: two
+		// sequential durable writes, the record fsynced like the message.
+		w, err := e.st.OpenWorkspace(ctx, ws, config.MinIdempotencyWindow, 0, store.DurableRecords())
 		if err != nil {
 			return nil, err
 		}

@@ -198,6 +198,15 @@ func (s *Server) Apply(ctx context.Context, cfg *config.Workspace) error {
 		Logger:     s.log,
 		Observe:    s.metrics.storeObserver(cfg.ID),
 	})}
+	// A crash may have left published messages without their records:
+	// they are rebuilt from the topic before the first publish.
+	rec, err := ws.core.Recover(ctx)
+	if err != nil {
+		return fmt.Errorf("workspace %q: rebuilding records from the topic: %w", cfg.ID, err)
+	}
+	if rec.Rebuilt > 0 || rec.Marked > 0 {
+		s.log.Warn("rebuilt records a crash had lost", "workspace", cfg.ID, "read_from", rec.From, "messages", rec.Messages, "rebuilt", rec.Rebuilt, "marked", rec.Marked)
+	}
 	ws.cfg.Store(cfg)
 	next := make(map[string]*workspace, len(current)+1)
 	for k, v := range current {

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/storybus/storybus/bus/store"
 )
 
@@ -62,6 +64,15 @@ func TestOnExternalCluster(t *testing.T) {
 	}
 	if info.Config.Replicas != 3 || info.Cluster == nil || len(info.Cluster.Replicas) != 2 {
 		t.Fatalf("topic stream not replicated: %+v", info.Cluster)
+	}
+	// On a cluster a record is replicated before it is acknowledged: no
+	// asynchronous persistence, nothing for a bus process to rebuild.
+	records, err := st.JS.Stream(context.Background(), "KV_"+store.RecordsBucket("ws1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pm := records.CachedInfo().Config.PersistMode; pm != jetstream.DefaultPersistMode || ws.RecordsLossWindow != 0 {
+		t.Fatalf("records bucket on the cluster: persist mode %v, loss window %v; want default and 0", pm, ws.RecordsLossWindow)
 	}
 }
 

@@ -93,7 +93,15 @@ type Store struct {
 	Conn     *nats.Conn
 	JS       jetstream.JetStream
 	replicas int
+	// recordsLossWindow is how long before a crash the records of an
+	// embedded store may not be on disk yet, 0 on an external cluster: see
+	// Workspace.RecordsLossWindow.
+	recordsLossWindow time.Duration
 }
+
+// lossMargin widens the window of records a crash may have lost, for the
+// flush of the records bucket in progress when the process stopped.
+const lossMargin = 10 * time.Second
 
 // Connect connects to the embedded server or the external cluster.
 func Connect(o Options) (*Store, error) {
@@ -124,7 +132,19 @@ func Connect(o Options) (*Store, error) {
 	if replicas < 1 {
 		replicas = 1
 	}
-	return &Store{Conn: nc, JS: js, replicas: replicas}, nil
+	st := &Store{Conn: nc, JS: js, replicas: replicas}
+	if o.Embedded != nil {
+		// The embedded server lives and dies with this process, so this
+		// process can rebuild, at its start, the records a crash lost.
+		// Records are then written without an fsync of their own: see
+		// OpenWorkspace.
+		interval := 2 * time.Minute // nats-server's default
+		if c := o.Embedded.JetStreamConfig(); c != nil && c.SyncInterval > 0 {
+			interval = c.SyncInterval
+		}
+		st.recordsLossWindow = interval + lossMargin
+	}
+	return st, nil
 }
 
 // Close drains and closes the connection.
@@ -141,6 +161,21 @@ func (s *Store) Ping(ctx context.Context) error {
 	return err
 }
 
+// WorkspaceOption changes how OpenWorkspace creates a workspace's store.
+type WorkspaceOption func(*workspaceOptions)
+
+type workspaceOptions struct {
+	durableRecords bool
+}
+
+// DurableRecords creates the records bucket with the store's default
+// persistence even on the embedded store, so that every record is a
+// durable write of its own: the benchmark's baselines that write a record
+// the way a naive front would.
+func DurableRecords() WorkspaceOption {
+	return func(o *workspaceOptions) { o.durableRecords = true }
+}
+
 // Workspace is one workspace's slice of the store.
 type Workspace struct {
 	ID string
@@ -148,6 +183,13 @@ type Workspace struct {
 	Stream jetstream.Stream
 	// Records is the idempotency record bucket.
 	Records jetstream.KeyValue
+	// RecordsLossWindow is 0 when a record is on disk (under the store's
+	// fsync policy) before its write is acknowledged. Otherwise the
+	// records bucket is flushed asynchronously, and a crash of the process
+	// can lose the records written in about this long before it; the
+	// topic, written as before, is then the truth they are rebuilt from
+	// (publish.Core.Recover).
+	RecordsLossWindow time.Duration
 }
 
 // StreamName returns the name of a workspace's topic stream.
@@ -169,7 +211,11 @@ func EncodeToken(id string) string { return base64.RawURLEncoding.EncodeToString
 // OpenWorkspace creates or updates the workspace's stream and records
 // bucket. Records live for window (never less than 7 days), the topic keeps
 // messages for retention (0: until the store's limits).
-func (s *Store) OpenWorkspace(ctx context.Context, workspace string, window, retention time.Duration) (*Workspace, error) {
+func (s *Store) OpenWorkspace(ctx context.Context, workspace string, window, retention time.Duration, opts ...WorkspaceOption) (*Workspace, error) {
+	var o workspaceOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	stream, err := s.JS.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:        StreamName(workspace),
 		Description: "storybus topic of workspace " + workspace,
@@ -185,18 +231,72 @@ func (s *Store) OpenWorkspace(ctx context.Context, workspace string, window, ret
 	if err != nil {
 		return nil, fmt.Errorf("topic stream of %s: %w", workspace, err)
 	}
-	kv, err := s.JS.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      RecordsBucket(workspace),
-		Description: "storybus idempotency records of workspace " + workspace,
-		History:     1,
-		TTL:         window,
-		Storage:     jetstream.FileStorage,
-		Replicas:    s.replicas,
-	})
+	kv, lossWindow, err := s.openRecords(ctx, workspace, window, o.durableRecords)
 	if err != nil {
 		return nil, fmt.Errorf("records bucket of %s: %w", workspace, err)
 	}
-	return &Workspace{ID: workspace, Stream: stream, Records: kv}, nil
+	return &Workspace{ID: workspace, Stream: stream, Records: kv, RecordsLossWindow: lossWindow}, nil
+}
+
+// openRecords creates or updates the workspace's records bucket. On the
+// embedded store a new bucket is created with asynchronous persistence: a
+// record is acknowledged before it is flushed, so that a publish has one
+// synchronous durable write on its path (the message's), not two. A
+// bucket keeps the persistence it was created with, which the store
+// cannot change; the window it reports says which it has.
+func (s *Store) openRecords(ctx context.Context, workspace string, window time.Duration, durable bool) (jetstream.KeyValue, time.Duration, error) {
+	cfg := recordsStreamConfig(workspace, window, s.replicas)
+	if s.recordsLossWindow > 0 && !durable {
+		cfg.PersistMode = jetstream.AsyncPersistMode
+	}
+	existing, err := s.JS.Stream(ctx, cfg.Name)
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		_, err = s.JS.CreateStream(ctx, cfg)
+	case err == nil:
+		cfg.PersistMode = existing.CachedInfo().Config.PersistMode
+		_, err = s.JS.UpdateStream(ctx, cfg)
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	kv, err := s.JS.KeyValue(ctx, RecordsBucket(workspace))
+	if err != nil {
+		return nil, 0, err
+	}
+	if cfg.PersistMode != jetstream.AsyncPersistMode {
+		return kv, 0, nil
+	}
+	return kv, s.recordsLossWindow, nil
+}
+
+// recordsStreamConfig is the stream behind a records bucket: a key-value
+// bucket as nats.go makes one (history 1, TTL the idempotency window), so
+// that it is read and written through jetstream.KeyValue.
+func recordsStreamConfig(workspace string, window time.Duration, replicas int) jetstream.StreamConfig {
+	bucket := RecordsBucket(workspace)
+	duplicates := 2 * time.Minute
+	if window > 0 && window < duplicates {
+		duplicates = window
+	}
+	return jetstream.StreamConfig{
+		Name:              "KV_" + bucket,
+		Description:       "storybus idempotency records of workspace " + workspace,
+		Subjects:          []string{"$KV." + bucket + ".>"},
+		MaxMsgsPerSubject: 1,
+		MaxBytes:          -1,
+		MaxAge:            window,
+		MaxMsgSize:        -1,
+		MaxMsgs:           -1,
+		MaxConsumers:      -1,
+		Storage:           jetstream.FileStorage,
+		Replicas:          replicas,
+		AllowRollup:       true,
+		DenyDelete:        true,
+		Duplicates:        duplicates,
+		AllowDirect:       true,
+		Discard:           jetstream.DiscardNew,
+	}
 }
 
 // IsWrongLastSequence reports whether err is a JetStream compare-and-swap

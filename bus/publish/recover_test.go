@@ -1,0 +1,121 @@
+package publish_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"testing"
+
+	"github.com/google/uuid"
+
+	"github.com/storybus/storybus/bus/publish"
+	"github.com/storybus/storybus/bus/rules"
+	"github.com/storybus/storybus/bus/store"
+)
+
+// loseRecord removes a message's record as a crash of the process would
+// have lost it: published, fsynced in the topic, its record not flushed.
+func (e *env) loseRecord(messageID string) {
+	e.t.Helper()
+	if err := e.ws.Records.Purge(context.Background(), store.EncodeToken(messageID)); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func (e *env) recover() publish.Recovery {
+	e.t.Helper()
+	rec, err := e.core.Recover(context.Background())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return rec
+}
+
+// TestRecoverRebuildsLostRecords: the records a crash lost are rebuilt from
+// the topic, so a retry of a published snapshot is 200 duplicate even once
+// its story has moved on, which without its record it could not be.
+func TestRecoverRebuildsLostRecords(t *testing.T) {
+	e := newEnv(t)
+	if e.ws.RecordsLossWindow <= 0 {
+		t.Fatalf("the embedded store's records bucket reports no loss window")
+	}
+	first, ev := uuid.NewString(), uuid.NewString()
+	firstBody, evBody := snap{id: first, story: "s1", seq: 1}.json(), event(ev, "s1")
+	want(t, e.publish(firstBody), http.StatusAccepted, "")
+	want(t, e.publish(evBody), http.StatusAccepted, "")
+	e.core.Wait()
+	e.loseRecord(first)
+	e.loseRecord(ev)
+	e.restart()
+	want(t, e.publish(snap{story: "s1", seq: 2}.json()), http.StatusAccepted, "")
+
+	// Without its record, the retry of the published snapshot looks stale.
+	e.restart()
+	want(t, e.publish(firstBody), http.StatusConflict, rules.SequenceStale)
+
+	rec := e.recover()
+	if rec.Rebuilt != 2 || rec.Messages != 3 {
+		t.Fatalf("recovery %+v; want 3 messages read, 2 records rebuilt", rec)
+	}
+	want(t, e.publish(firstBody), http.StatusOK, "")
+	want(t, e.publish(evBody), http.StatusOK, "")
+	// The rebuilt record holds the content's hash: other content is a reuse.
+	want(t, e.publish(snap{id: first, story: "s1", seq: 1, timestamp: "2026-11-29T09:00:01Z"}.json()), http.StatusConflict, rules.MessageIDReused)
+	for _, id := range []string{first, ev} {
+		if n := e.streamCount(id); n != 1 {
+			t.Errorf("the topic holds %d copies of %s; want 1", n, id)
+		}
+	}
+	if again := e.recover(); again.Rebuilt != 0 || again.Marked != 0 {
+		t.Errorf("a second recovery changed records: %+v", again)
+	}
+}
+
+// TestRecoverMarksALostMark: an event published whose mark was lost is
+// marked, so its retry is 200 duplicate at once instead of waiting out the
+// lease in 503 message.in_flight.
+func TestRecoverMarksALostMark(t *testing.T) {
+	e := newEnv(t)
+	id := uuid.NewString()
+	e.faults.set(publish.FaultMark, failAt(id))
+	want(t, e.publish(event(id, "s1")), http.StatusAccepted, "")
+	e.core.Wait()
+	e.faults.clear()
+	e.restart()
+	want(t, e.publish(event(id, "s1")), http.StatusServiceUnavailable, rules.MessageInFlight)
+
+	if rec := e.recover(); rec.Marked != 1 || rec.Rebuilt != 0 {
+		t.Fatalf("recovery %+v; want 1 record marked", rec)
+	}
+	entry, err := e.ws.Records.Get(context.Background(), store.EncodeToken(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r struct {
+		State string `json:"s"`
+	}
+	if err := json.Unmarshal(entry.Value(), &r); err != nil || r.State != "published" {
+		t.Fatalf("record %s (%v); want state published", entry.Value(), err)
+	}
+	want(t, e.publish(event(id, "s1")), http.StatusOK, "")
+	if n := e.streamCount(id); n != 1 {
+		t.Fatalf("the topic holds %d copies; want 1", n)
+	}
+}
+
+// TestNoRecoveryWhenRecordsAreDurable: a records bucket that is durable
+// when a write is acknowledged (an external cluster's) needs no recovery,
+// and none reads the topic.
+func TestNoRecoveryWhenRecordsAreDurable(t *testing.T) {
+	e := newEnv(t)
+	want(t, e.publish(snap{story: "s1", seq: 1}.json()), http.StatusAccepted, "")
+	if rec := e.recover(); rec.Messages != 1 {
+		t.Fatalf("recovery read %d messages; want 1", rec.Messages)
+	}
+	ws := *e.ws
+	ws.RecordsLossWindow = 0
+	core := publish.New(&ws, e.st.JS, publish.Options{})
+	if rec, err := core.Recover(context.Background()); err != nil || rec.Messages != 0 {
+		t.Fatalf("recovery without a loss window: %+v, %v; want nothing read", rec, err)
+	}
+}

@@ -1,0 +1,93 @@
+package store_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/storybus/storybus/bus/store"
+)
+
+// persistMode is the persistence of a workspace's records bucket.
+func persistMode(t *testing.T, st *store.Store, workspace string) jetstream.PersistModeType {
+	t.Helper()
+	s, err := st.JS.Stream(context.Background(), "KV_"+store.RecordsBucket(workspace))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.CachedInfo().Config.PersistMode
+}
+
+// TestEmbeddedRecordsAreFlushedAsynchronously: on the embedded store, which
+// lives and dies with the bus process, a new records bucket is flushed
+// asynchronously and reports the window a crash can lose; connected by URL
+// (an external server, which can fail on its own) it is durable when
+// acknowledged; and a bucket keeps the persistence it was created with.
+func TestEmbeddedRecordsAreFlushedAsynchronously(t *testing.T) {
+	ns, err := store.StartEmbedded(store.EmbeddedOptions{DataDir: t.TempDir(), SyncAlways: true, SyncInterval: 30 * time.Second, Listen: "127.0.0.1:-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	ctx := context.Background()
+	embedded, err := store.Connect(store.Options{Embedded: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(embedded.Close)
+	external, err := store.Connect(store.Options{URL: ns.ClientURL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(external.Close)
+
+	ws, err := embedded.OpenWorkspace(ctx, "fresh", 7*24*time.Hour, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pm := persistMode(t, embedded, "fresh"); pm != jetstream.AsyncPersistMode {
+		t.Errorf("embedded records bucket: persist mode %v; want async", pm)
+	}
+	if ws.RecordsLossWindow < 30*time.Second || ws.RecordsLossWindow > time.Minute {
+		t.Errorf("loss window %v; want the sync interval (30s) and a margin", ws.RecordsLossWindow)
+	}
+	// The bucket's TTL is still the idempotency window.
+	st, err := ws.Records.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.TTL() != 7*24*time.Hour || st.History() != 1 {
+		t.Errorf("records bucket TTL %v, history %d; want 168h and 1", st.TTL(), st.History())
+	}
+
+	// The benchmark's naive baselines ask for a record fsynced like a message.
+	ws, err = embedded.OpenWorkspace(ctx, "baseline", 7*24*time.Hour, 0, store.DurableRecords())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pm := persistMode(t, embedded, "baseline"); pm != jetstream.DefaultPersistMode || ws.RecordsLossWindow != 0 {
+		t.Errorf("durable records asked for: persist mode %v, loss window %v; want default and 0", pm, ws.RecordsLossWindow)
+	}
+
+	ws, err = external.OpenWorkspace(ctx, "older", 7*24*time.Hour, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pm := persistMode(t, external, "older"); pm != jetstream.DefaultPersistMode || ws.RecordsLossWindow != 0 {
+		t.Errorf("records bucket over a URL: persist mode %v, loss window %v; want default and 0", pm, ws.RecordsLossWindow)
+	}
+	// The embedded store opening that bucket later (a bus upgraded in
+	// place) keeps it as it is, and says no record can be lost.
+	ws, err = embedded.OpenWorkspace(ctx, "older", 8*24*time.Hour, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pm := persistMode(t, embedded, "older"); pm != jetstream.DefaultPersistMode || ws.RecordsLossWindow != 0 {
+		t.Errorf("an existing durable bucket: persist mode %v, loss window %v; want default and 0", pm, ws.RecordsLossWindow)
+	}
+	if st, err := ws.Records.Status(ctx); err != nil || st.TTL() != 8*24*time.Hour {
+		t.Errorf("the existing bucket's TTL was not updated: %v", err)
+	}
+}
