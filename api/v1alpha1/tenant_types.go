@@ -269,8 +269,9 @@ type EmbeddedStorage struct {
 	// Immutable.
 	// +optional
 	StorageClassName *string `json:"storageClassName,omitempty"`
-	// Sync is the JetStream fsync mode: always (every write, the default)
-	// or interval.
+	// Sync is the JetStream fsync mode: always (every message, the
+	// default; records are flushed asynchronously and rebuilt from the
+	// topic after a crash) or interval.
 	// +kubebuilder:validation:Enum=always;interval
 	// +kubebuilder:default=always
 	// +optional

@@ -80,7 +80,7 @@ func (o *ServeOptions) bind(cmd *cobra.Command) {
 	f.StringVar(&o.NATSCreds, "nats-credentials", "", "NATS credentials file for --nats-url")
 	f.StringVar(&o.NATSListen, "nats-listen", "", "also serve NATS clients (consumers) from the embedded store on this address")
 	f.IntVar(&o.Replicas, "replicas", 1, "replicas of every stream and bucket (3 on an external cluster)")
-	f.StringVar(&o.Sync, "sync", SyncAlways, "embedded JetStream fsync: always (every write) or interval")
+	f.StringVar(&o.Sync, "sync", SyncAlways, "embedded JetStream fsync: always (every message) or interval")
 	f.DurationVar(&o.SyncInterval, "sync-interval", 0, "fsync period with --sync=interval (nats-server's default is 2m)")
 	f.DurationVar(&o.TopicRetention, "topic-retention", 0, "how long the topic keeps messages; 0 keeps them until the store's limits")
 	bindLogFlags(cmd, &o.LogFormat, &o.LogLevel)
