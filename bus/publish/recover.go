@@ -36,8 +36,7 @@ const recoverBatch = 256
 // flushed asynchronously (store.Workspace.RecordsLossWindow), so a process
 // killed just after a publish can come back with the message in the topic,
 // fsynced, and without its record. The topic is the truth: Recover reads
-// every message it stored since a little before the oldest record that
-// may be missing, and gives each message without a record the record
+// every message it stored in the loss window before its last message, and gives each message without a record the record
 // `published` with the hash of its content, so that a retry of it is
 // answered 200 duplicate, as before the crash, however late it comes and
 // whatever its story did since. It does nothing when the records bucket
@@ -56,21 +55,15 @@ func (c *Core) Recover(ctx context.Context) (Recovery, error) {
 	}
 	last := topic.State.LastSeq
 	// Records are lost only as the tail of the records bucket's log (a
-	// killed process loses the writes not yet flushed) or, after a power
-	// loss, those written since the store's last fsync, within the window
-	// before the crash. A message is written after its record, so it is
-	// stamped later than the last record that survived.
-	from := topic.State.LastTime.Add(-window)
-	if status, err := c.ws.Records.Status(ctx); err == nil {
-		if b, ok := status.(*jetstream.KeyValueBucketStatus); ok {
-			if lr := b.StreamInfo().State.LastTime; !lr.IsZero() && lr.Before(from) {
-				from = lr
-			}
-		}
-	} else {
-		return Recovery{}, fmt.Errorf("read the records bucket's state: %w", err)
-	}
-	from = from.Add(-time.Second)
+	// killed process loses the writes it had not flushed, a few
+	// milliseconds' worth) or, after a power loss, as those written since
+	// the store's last fsync of the bucket: within the window before the
+	// crash. A message is written after its record, and the topic's last
+	// message is no later than the crash, so every message whose record
+	// may be lost is stamped within the window before the topic's last
+	// message. Reading no further back keeps every start bounded, however
+	// long the topic.
+	from := topic.State.LastTime.Add(-window - time.Second)
 	rec := Recovery{From: from}
 	cons, err := c.ws.Stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
 		DeliverPolicy: jetstream.DeliverByStartTimePolicy,

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -117,5 +118,25 @@ func TestNoRecoveryWhenRecordsAreDurable(t *testing.T) {
 	core := publish.New(&ws, e.st.JS, publish.Options{})
 	if rec, err := core.Recover(context.Background()); err != nil || rec.Messages != 0 {
 		t.Fatalf("recovery without a loss window: %+v, %v; want nothing read", rec, err)
+	}
+}
+
+// TestRecoverReadsOnlyTheLossWindow: a start reads the topic's messages of
+// the loss window before its last message, not the whole topic.
+func TestRecoverReadsOnlyTheLossWindow(t *testing.T) {
+	e := newEnv(t)
+	want(t, e.publish(snap{story: "s1", seq: 1}.json()), http.StatusAccepted, "")
+	// The store stamps messages with its own clock: the next one is
+	// stamped well over the window plus its second of margin later.
+	time.Sleep(3500 * time.Millisecond)
+	want(t, e.publish(snap{story: "s1", seq: 2}.json()), http.StatusAccepted, "")
+	ws := *e.ws
+	ws.RecordsLossWindow = time.Second
+	rec, err := publish.New(&ws, e.st.JS, publish.Options{}).Recover(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Messages != 1 {
+		t.Fatalf("recovery read %d messages; want only the last one", rec.Messages)
 	}
 }
