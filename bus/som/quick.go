@@ -22,10 +22,13 @@ type quickSchema struct {
 	// known is false when the schema has a keyword quick does not apply.
 	known bool
 	// typ is the one JSON type the schema requires, or "" for none.
-	typ            string
-	constant       *string
-	enum           []string
-	format         func(any) error
+	typ      string
+	constant *string
+	enum     []string
+	format   func(any) error
+	// sureFormat, when set, confirms the everyday spellings of the format
+	// without calling format (see formats.go).
+	sureFormat     func(string) bool
 	pattern        jsonschema.Regexp
 	minLen, maxLen int // -1: none
 	min, max       *int64
@@ -107,6 +110,7 @@ func newQuick(s *jsonschema.Schema) *quickSchema {
 	}
 	if s.Format != nil {
 		q.format = s.Format.Validate
+		q.sureFormat = sureFormats[s.Format.Name]
 	}
 	q.pattern = s.Pattern
 	if s.MinLength != nil {
@@ -213,7 +217,10 @@ func (q *quickSchema) validString(s string) bool {
 	if q.pattern != nil && !q.pattern.MatchString(s) {
 		return false
 	}
-	return q.format == nil || q.format(s) == nil
+	if q.format == nil || (q.sureFormat != nil && q.sureFormat(s)) {
+		return true
+	}
+	return q.format(s) == nil
 }
 
 func (q *quickSchema) validObject(m map[string]any) bool {
