@@ -42,7 +42,7 @@ func (e *ParseError) Error() string {
 // fields of the Message are filled best-effort (see Message). Parse keeps
 // body as Message.Raw without copying it.
 func Parse(body []byte) (*Message, error) {
-	p := parser{data: body, path: make([]frame, 0, 8)}
+	p := parser{data: body, src: string(body), path: make([]frame, 0, 8)}
 	p.skipSpace()
 	if p.pos == len(p.data) {
 		return nil, &ParseError{Msg: "the body is empty: send one JSON object"}
@@ -83,23 +83,37 @@ func jsonKind(v any) string {
 	return "null"
 }
 
-// fill sets the typed fields from Doc, best-effort.
+// fill sets the typed fields from Doc, best-effort. Each is detached from
+// the body (see own), since callers keep them longer than the message.
 func (m *Message) fill() {
-	m.MessageID, _ = m.Doc["message_id"].(string)
-	m.MessageType, _ = m.Doc["message_type"].(string)
-	m.SystemID, _ = m.Doc["system_id"].(string)
+	m.MessageID = own(m.Doc["message_id"])
+	m.MessageType = own(m.Doc["message_type"])
+	m.SystemID = own(m.Doc["system_id"])
 	m.Family, _ = FamilyOf(m.MessageType)
 	payload, _ := m.Doc["payload"].(map[string]any)
 	switch m.Family {
 	case FamilyStoryContext:
-		m.StoryID, _ = payload["story_id"].(string)
-		m.State, _ = payload["state"].(string)
+		m.StoryID = own(payload["story_id"])
+		m.State = own(payload["state"])
 		if n, ok := payload["sequence_number"].(json.Number); ok {
 			m.SequenceNumber = integer(n)
 		}
 	case FamilyStoryEvent:
-		m.StoryID, _ = payload["story_id"].(string)
+		m.StoryID = own(payload["story_id"])
 	}
+}
+
+// own returns v when it is a string, "" otherwise, in memory of its own.
+// The strings of Doc are slices of one copy of the body (see parser.src); a
+// typed field kept in a cache after the message is gone, as a story id is,
+// must not keep the whole body alive with it. The values SOM defines are
+// shared already and need no copy.
+func own(v any) string {
+	s, _ := v.(string)
+	if known, ok := knownValues[s]; ok {
+		return known.(string)
+	}
+	return strings.Clone(s)
 }
 
 // integer returns n as an int64 when it is an integral value that fits, such
@@ -118,7 +132,12 @@ func integer(n json.Number) int64 {
 // parser is a recursive-descent RFC 8259 parser. Recursion is bounded by
 // MaxDepth, and every index is checked, so no input can make it panic.
 type parser struct {
-	data  []byte
+	data []byte
+	// src is data as one string, made once: a string without escapes is a
+	// slice of it rather than an allocation of its own, and so is the text
+	// of a number. It costs one copy of the body and keeps that copy alive
+	// as long as any string of Doc is.
+	src   string
 	pos   int
 	depth int
 	// path is the chain of containers being read, for error paths only.
@@ -394,7 +413,7 @@ func (p *parser) string() (string, error) {
 		c := p.data[i]
 		if c == '"' {
 			p.pos = i + 1
-			return string(p.data[start:i]), nil
+			return p.src[start:i], nil
 		}
 		if c == '\\' || c < 0x20 || c >= utf8.RuneSelf {
 			break
@@ -563,7 +582,7 @@ func (p *parser) number() (json.Number, error) {
 			return "", p.failChar("not JSON: invalid number: ")
 		}
 	}
-	text := string(d[start:i])
+	text := p.src[start:i]
 	// An integer of up to 15 digits is always an exact double; anything
 	// else is checked against the double range as RFC 8785 requires.
 	if !simple || i-start > 15 {

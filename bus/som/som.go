@@ -60,7 +60,9 @@ type Message struct {
 	// Raw is the body as received. Parse keeps the caller's slice: do not
 	// modify it afterwards.
 	Raw []byte
-	// Doc is the decoded top-level object; numbers are json.Number.
+	// Doc is the decoded top-level object; numbers are json.Number. Its
+	// strings share one copy of the body, which stays in memory while any
+	// of them is kept; the typed fields below are copies of their own.
 	Doc map[string]any
 
 	// MessageID is the envelope's message_id.
