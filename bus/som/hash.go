@@ -36,19 +36,30 @@ func (m *Message) ContentHash() ([32]byte, error) {
 }
 
 // canonicalizer writes the RFC 8785 form of a decoded document into buf.
-// keys is a stack of member names: each object sorts its own names on top
-// of its parents' and pops them when done, so nesting costs no allocation.
+// members is a stack: each object sorts its own members on top of its
+// parents' and pops them when done, so nesting costs no allocation, and
+// each value is taken from the map once, while iterating it, rather than
+// looked up again by name after sorting.
 type canonicalizer struct {
-	buf  []byte
-	keys []string
+	buf     []byte
+	members []member
 }
+
+// member is one name and value of an object being written.
+type member struct {
+	name  string
+	value any
+}
+
+// compareMembers orders members by name as RFC 8785 §3.2.3 requires.
+func compareMembers(a, b member) int { return compareUTF16(a.name, b.name) }
 
 // maxPooledBuffer bounds the buffer a canonicalizer keeps between uses, so
 // that one outsized message does not pin its memory in the pool.
 const maxPooledBuffer = 64 << 10
 
 var canonicalPool = sync.Pool{New: func() any {
-	return &canonicalizer{buf: make([]byte, 0, 4<<10), keys: make([]string, 0, 64)}
+	return &canonicalizer{buf: make([]byte, 0, 4<<10), members: make([]member, 0, 64)}
 }}
 
 func (c *canonicalizer) release() {
@@ -56,10 +67,10 @@ func (c *canonicalizer) release() {
 		return
 	}
 	c.buf = c.buf[:0]
-	// A failed object leaves its names on the stack; drop them so the pool
-	// holds no references into the message.
-	clear(c.keys)
-	c.keys = c.keys[:0]
+	// A failed object leaves its members on the stack; drop them so the
+	// pool holds no references into the message.
+	clear(c.members)
+	c.members = c.members[:0]
 	canonicalPool.Put(c)
 }
 
@@ -95,29 +106,30 @@ func (c *canonicalizer) object(obj map[string]any, depth int) error {
 	if depth > MaxDepth {
 		return errors.New("nesting is deeper than " + strconv.Itoa(MaxDepth) + " levels")
 	}
-	base := len(c.keys)
-	for k := range obj {
-		c.keys = append(c.keys, k)
+	base := len(c.members)
+	for k, v := range obj {
+		c.members = append(c.members, member{k, v})
 	}
-	slices.SortFunc(c.keys[base:], compareUTF16)
+	slices.SortFunc(c.members[base:], compareMembers)
 	c.buf = append(c.buf, '{')
-	// Nested objects push onto c.keys and may move it, so index it afresh.
+	// Nested objects push onto c.members and may move it, so index it
+	// afresh.
 	for i := base; i < base+len(obj); i++ {
 		if i > base {
 			c.buf = append(c.buf, ',')
 		}
-		k := c.keys[i]
-		if err := c.string(k); err != nil {
+		m := c.members[i]
+		if err := c.string(m.name); err != nil {
 			return err
 		}
 		c.buf = append(c.buf, ':')
-		if err := c.value(obj[k], depth); err != nil {
+		if err := c.value(m.value, depth); err != nil {
 			return err
 		}
 	}
 	c.buf = append(c.buf, '}')
-	clear(c.keys[base:])
-	c.keys = c.keys[:base]
+	clear(c.members[base:])
+	c.members = c.members[:base]
 	return nil
 }
 
@@ -144,21 +156,16 @@ func (c *canonicalizer) array(arr []any, depth int) error {
 // every other character as itself in UTF-8, U+2028, U+2029 and '/' included.
 func (c *canonicalizer) string(s string) error {
 	const hex = "0123456789abcdef"
+	// JCS requires UTF-8. Checked once here, every byte of a multi-byte
+	// character is then written as itself: only ASCII bytes are escaped.
+	if !utf8.ValidString(s) {
+		return errors.New("a string is not valid UTF-8")
+	}
 	c.buf = append(c.buf, '"')
 	start := 0
-	for i := 0; i < len(s); {
+	for i := 0; i < len(s); i++ {
 		ch := s[i]
-		if ch >= utf8.RuneSelf {
-			// Literal, once known to be UTF-8, which JCS requires.
-			r, size := utf8.DecodeRuneInString(s[i:])
-			if r == utf8.RuneError && size == 1 {
-				return errors.New("a string is not valid UTF-8")
-			}
-			i += size
-			continue
-		}
 		if !escaped[ch] {
-			i++
 			continue
 		}
 		c.buf = append(c.buf, s[start:i]...)
@@ -178,16 +185,17 @@ func (c *canonicalizer) string(s string) error {
 		default:
 			c.buf = append(c.buf, '\\', 'u', '0', '0', hex[ch>>4], hex[ch&0xf])
 		}
-		i++
-		start = i
+		start = i + 1
 	}
 	c.buf = append(c.buf, s[start:]...)
 	c.buf = append(c.buf, '"')
 	return nil
 }
 
-// escaped marks the ASCII bytes a JSON string cannot hold as themselves.
-var escaped = func() (t [utf8.RuneSelf]bool) {
+// escaped marks the bytes a JSON string cannot hold as themselves: ASCII
+// control characters, '"' and '\\'. The bytes of multi-byte characters are
+// never escaped.
+var escaped = func() (t [256]bool) {
 	for ch := range 0x20 {
 		t[ch] = true
 	}
