@@ -408,26 +408,47 @@ func (p *parser) name() (string, error) {
 func (p *parser) string() (string, error) {
 	start := p.pos + 1
 	i := start
-	// Fast path: printable ASCII with no escapes is the common case.
+	// Fast path: a string without escapes, the common case, is a slice of
+	// src. Anything else, an escape or a byte to refuse, is left to the loop
+	// below from where it stands.
 	for i < len(p.data) {
 		c := p.data[i]
 		if c == '"' {
 			p.pos = i + 1
 			return p.src[start:i], nil
 		}
-		if c == '\\' || c < 0x20 || c >= utf8.RuneSelf {
+		if c == '\\' || c < 0x20 {
 			break
 		}
-		i++
+		if c < utf8.RuneSelf {
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRune(p.data[i:])
+		if r == utf8.RuneError && size <= 1 {
+			break
+		}
+		i += size
 	}
-	buf := make([]byte, 0, i-start+16)
-	buf = append(buf, p.data[start:i]...)
+	// The unescaped text is never longer than the raw text up to the
+	// closing quote, and a Builder's String does not copy: it costs one
+	// allocation.
+	end := i
+	for end < len(p.data) && p.data[end] != '"' {
+		if p.data[end] == '\\' {
+			end++
+		}
+		end++
+	}
+	var buf strings.Builder
+	buf.Grow(min(end, len(p.data)) - start)
+	buf.Write(p.data[start:i])
 	for i < len(p.data) {
 		c := p.data[i]
 		switch {
 		case c == '"':
 			p.pos = i + 1
-			return string(buf), nil
+			return buf.String(), nil
 		case c == '\\':
 			if i+1 >= len(p.data) {
 				p.pos = i
@@ -435,24 +456,24 @@ func (p *parser) string() (string, error) {
 			}
 			switch e := p.data[i+1]; e {
 			case '"', '\\', '/':
-				buf = append(buf, e)
+				buf.WriteByte(e)
 			case 'b':
-				buf = append(buf, '\b')
+				buf.WriteByte('\b')
 			case 'f':
-				buf = append(buf, '\f')
+				buf.WriteByte('\f')
 			case 'n':
-				buf = append(buf, '\n')
+				buf.WriteByte('\n')
 			case 'r':
-				buf = append(buf, '\r')
+				buf.WriteByte('\r')
 			case 't':
-				buf = append(buf, '\t')
+				buf.WriteByte('\t')
 			case 'u':
 				r, n, msg := unicodeEscape(p.data[i:])
 				if msg != "" {
 					p.pos = i
 					return "", p.fail(msg)
 				}
-				buf = utf8.AppendRune(buf, r)
+				buf.WriteRune(r)
 				i += n
 				continue
 			default:
@@ -464,7 +485,7 @@ func (p *parser) string() (string, error) {
 			p.pos = i
 			return "", p.fail("not JSON: unescaped control character in a string")
 		case c < utf8.RuneSelf:
-			buf = append(buf, c)
+			buf.WriteByte(c)
 			i++
 		default:
 			r, size := utf8.DecodeRune(p.data[i:])
@@ -472,7 +493,7 @@ func (p *parser) string() (string, error) {
 				p.pos = i
 				return "", p.fail("not UTF-8: invalid byte sequence in a string")
 			}
-			buf = append(buf, p.data[i:i+size]...)
+			buf.Write(p.data[i : i+size])
 			i += size
 		}
 	}

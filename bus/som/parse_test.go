@@ -164,3 +164,31 @@ func TestFamilyOf(t *testing.T) {
 		}
 	}
 }
+
+// TestParseStringsShareTheBody checks that a string without escapes costs
+// no allocation of its own, whether ASCII or not: a body of many such
+// strings parses with as many allocations as a body of one (the map and the
+// interfaces aside), and only an escape costs a copy.
+func TestParseStringsShareTheBody(t *testing.T) {
+	allocs := func(body string) float64 {
+		b := []byte(body)
+		return testing.AllocsPerRun(100, func() {
+			if _, err := som.Parse(b); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	one := allocs(`{"headline":"Council approves budget"}`)
+	for _, body := range []string{
+		`{"headline":"Council approves the city budget after a late-night session on housing and transport"}`,
+		`{"headline":"Le conseil adopte le budget – après une séance tardive, «enfin»"}`,
+		`{"headline":"市议会通过预算 🏛"}`,
+	} {
+		if n := allocs(body); n != one {
+			t.Errorf("%d allocations for %s, want %d as for one short ASCII string", int(n), body, int(one))
+		}
+	}
+	if n := allocs(`{"headline":"Council \"approves\" budget"}`); n != one+1 {
+		t.Errorf("%d allocations for a string with escapes, want %d: one copy for the unescaped text", int(n), int(one+1))
+	}
+}
