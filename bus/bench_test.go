@@ -70,7 +70,7 @@ func BenchmarkAcceptedPublish(b *testing.B) {
 }
 
 // maxAllocsPerAccepted is the ceiling on allocations per accepted publish
-// through the whole handler, the store included (about 250 measured).
+// through the whole handler, the store included (about 215 measured).
 const maxAllocsPerAccepted = 300
 
 // TestAcceptedPublishAllocations holds the allocations of an accepted
