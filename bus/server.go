@@ -200,12 +200,19 @@ func (s *Server) Apply(ctx context.Context, cfg *config.Workspace) error {
 	})}
 	// A crash may have left published messages without their records:
 	// they are rebuilt from the topic before the first publish.
+	started := time.Now()
 	rec, err := ws.core.Recover(ctx)
 	if err != nil {
 		return fmt.Errorf("workspace %q: rebuilding records from the topic: %w", cfg.ID, err)
 	}
+	if rec.Messages > 0 {
+		s.log.Info("checked the records of the topic's latest messages", "workspace", cfg.ID, "read_from", rec.From, "messages", rec.Messages, "took", time.Since(started).Round(time.Millisecond))
+	}
 	if rec.Rebuilt > 0 || rec.Marked > 0 {
 		s.log.Warn("rebuilt records a crash had lost", "workspace", cfg.ID, "read_from", rec.From, "messages", rec.Messages, "rebuilt", rec.Rebuilt, "marked", rec.Marked)
+	}
+	if rec.Skipped > 0 {
+		s.log.Warn("the topic holds messages the bus did not publish", "workspace", cfg.ID, "skipped", rec.Skipped)
 	}
 	ws.cfg.Store(cfg)
 	next := make(map[string]*workspace, len(current)+1)

@@ -24,8 +24,12 @@ type Recovery struct {
 	// Rebuilt is how many of them had no record, and have one now.
 	Rebuilt int
 	// Marked is how many had a record still `recorded` that is now marked
-	// `published` (events and asset references: a lost mark).
+	// `published`: an event's or asset reference's lost mark, or a
+	// snapshot's record whose last rewrite was lost.
 	Marked int
+	// Skipped is how many were not messages the bus publishes (no
+	// message_id, or not SOM): something else wrote to the topic.
+	Skipped int
 }
 
 // recoverBatch is how many topic messages a recovery fetches at a time.
@@ -65,13 +69,22 @@ func (c *Core) Recover(ctx context.Context) (Recovery, error) {
 	// long the topic.
 	from := topic.State.LastTime.Add(-window - time.Second)
 	rec := Recovery{From: from}
-	cons, err := c.ws.Stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		DeliverPolicy: jetstream.DeliverByStartTimePolicy,
-		OptStartTime:  &from,
+	cons, err := c.ws.Stream.CreateConsumer(ctx, jetstream.ConsumerConfig{
+		Description:       "storybus: rebuilding records at start",
+		DeliverPolicy:     jetstream.DeliverByStartTimePolicy,
+		OptStartTime:      &from,
+		AckPolicy:         jetstream.AckNonePolicy,
+		MemoryStorage:     true,
+		InactiveThreshold: time.Minute,
 	})
 	if err != nil {
 		return rec, fmt.Errorf("read the topic: %w", err)
 	}
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opTimeout)
+		defer cancel()
+		_ = c.ws.Stream.DeleteConsumer(dctx, cons.CachedInfo().Name)
+	}()
 	for {
 		batch, err := cons.Fetch(recoverBatch, jetstream.FetchMaxWait(c.opTimeout))
 		if err != nil {
@@ -85,10 +98,10 @@ func (c *Core) Recover(ctx context.Context) (Recovery, error) {
 			if err != nil {
 				return rec, fmt.Errorf("read the topic: %w", err)
 			}
-			if err := c.recoverMessage(ctx, m, &rec); err != nil {
+			if err := c.recoverMessage(ctx, m, meta.Sequence.Stream, &rec); err != nil {
 				return rec, fmt.Errorf("recover the record of stream sequence %d: %w", meta.Sequence.Stream, err)
 			}
-			if meta.Sequence.Stream >= last {
+			if meta.Sequence.Stream >= last || meta.NumPending == 0 {
 				return rec, nil
 			}
 		}
@@ -96,17 +109,25 @@ func (c *Core) Recover(ctx context.Context) (Recovery, error) {
 			return rec, fmt.Errorf("read the topic: %w", err)
 		}
 		if n == 0 {
-			// The topic's last message was removed while it was read
-			// (its age or limits): nothing after it is left to read.
-			return rec, nil
+			// Nothing came within the wait: done only if nothing is left
+			// (the last message was removed meanwhile, by age or limits).
+			info, err := cons.Info(ctx)
+			if err != nil {
+				return rec, fmt.Errorf("read the topic: %w", err)
+			}
+			if info.NumPending == 0 {
+				return rec, nil
+			}
 		}
 	}
 }
 
-// recoverMessage gives one topic message the record it should have.
-func (c *Core) recoverMessage(ctx context.Context, m jetstream.Msg, rec *Recovery) error {
+// recoverMessage gives one topic message, stored at stream sequence seq,
+// the record it should have.
+func (c *Core) recoverMessage(ctx context.Context, m jetstream.Msg, seq uint64, rec *Recovery) error {
 	id := m.Headers().Get(nats.MsgIdHdr)
 	if id == "" {
+		rec.Skipped++
 		return nil
 	}
 	key := store.EncodeToken(id)
@@ -116,10 +137,18 @@ func (c *Core) recoverMessage(ctx context.Context, m jetstream.Msg, rec *Recover
 	}
 	if entry != nil {
 		var r record
-		if json.Unmarshal(entry.Value(), &r) != nil || r.State != stateRecorded || m.Headers().Get(HeaderMessageType) == som.TypeStoryContext {
-			// A snapshot's record is never marked: its story subject
-			// proves its publication.
+		if json.Unmarshal(entry.Value(), &r) != nil || r.State != stateRecorded {
 			return nil
+		}
+		if m.Headers().Get(HeaderMessageType) == som.TypeStoryContext {
+			// A snapshot's record proves its publication by naming the
+			// head the publication followed. A crash can have lost the
+			// rewrite that named the head it was last published after;
+			// then the record, as it is, would not prove it.
+			proved, err := c.recordProves(ctx, r.After, m.Subject(), seq)
+			if err != nil || proved {
+				return err
+			}
 		}
 		cctx, cancel := context.WithTimeout(ctx, c.opTimeout)
 		defer cancel()
@@ -131,12 +160,15 @@ func (c *Core) recoverMessage(ctx context.Context, m jetstream.Msg, rec *Recover
 	}
 	msg, err := som.Parse(m.Data())
 	if err != nil {
-		// The topic only holds messages the bus accepted.
-		return fmt.Errorf("parse the stored message: %w", err)
+		// Not a message the bus accepted (something else wrote to the
+		// topic): no retry of it can come, and it must not stop a start.
+		rec.Skipped++
+		return nil
 	}
 	sum, err := msg.ContentHash()
 	if err != nil {
-		return fmt.Errorf("hash the stored message: %w", err)
+		rec.Skipped++
+		return nil
 	}
 	cctx, cancel := context.WithTimeout(ctx, c.opTimeout)
 	defer cancel()
@@ -149,4 +181,24 @@ func (c *Core) recoverMessage(ctx context.Context, m jetstream.Msg, rec *Recover
 	}
 	rec.Rebuilt++
 	return nil
+}
+
+// recordProves reports whether a snapshot record naming head after proves
+// the snapshot stored at seq on subject: it is the first message on the
+// subject past after. A record naming no head (an older bus's) is proved
+// by walking the story, which needs no rewrite either.
+func (c *Core) recordProves(ctx context.Context, after *uint64, subject string, seq uint64) (bool, error) {
+	if after == nil {
+		return true, nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, c.opTimeout)
+	defer cancel()
+	first, err := c.ws.Stream.GetMsg(cctx, *after+1, jetstream.WithGetMsgSubject(subject))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return first.Sequence == seq, nil
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
 
 	"github.com/storybus/storybus/bus/publish"
 	"github.com/storybus/storybus/bus/rules"
@@ -138,5 +139,68 @@ func TestRecoverReadsOnlyTheLossWindow(t *testing.T) {
 	}
 	if rec.Messages != 1 {
 		t.Fatalf("recovery read %d messages; want only the last one", rec.Messages)
+	}
+}
+
+// TestRecoverProvesASnapshotWhoseRewriteWasLost: a takeover rewrites the
+// snapshot's record to name the head it republishes after; if a crash loses
+// that rewrite after the publication, the record left names an older head
+// and no longer proves it. The recovery finds the snapshot in the topic and
+// marks the record, so the retry, once the story moved on, is 200
+// duplicate and not 409 message.superseded.
+func TestRecoverProvesASnapshotWhoseRewriteWasLost(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	want(t, e.publish(snap{story: "s", seq: 1}.json()), http.StatusAccepted, "")
+	a := uuid.NewString()
+	aBody := snap{id: a, story: "s", seq: 3}.json()
+	e.faults.set(publish.FaultAfterRecord, stopAt(publish.FaultAfterRecord, a))
+	e.publish(aBody) // recorded against head seq 1, never published
+	e.faults.clear()
+	e.restart()
+	want(t, e.publish(snap{story: "s", seq: 2}.json()), http.StatusAccepted, "")
+	old, err := e.ws.Records.Get(ctx, store.EncodeToken(a))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(publish.Lease + 1e9)
+	want(t, e.publish(aBody), http.StatusAccepted, "") // takeover: rewrite names seq 2's head, publish
+	e.core.Wait()
+	// The crash loses the takeover's rewrite: the old revision is back.
+	if err := e.ws.Records.Purge(ctx, store.EncodeToken(a)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.ws.Records.Put(ctx, store.EncodeToken(a), old.Value()); err != nil {
+		t.Fatal(err)
+	}
+	e.restart()
+	if rec := e.recover(); rec.Marked != 1 || rec.Rebuilt != 0 {
+		t.Fatalf("recovery %+v; want the snapshot's record marked", rec)
+	}
+	want(t, e.publish(snap{story: "s", seq: 4}.json()), http.StatusAccepted, "")
+	e.clock.Advance(publish.Lease + 1e9)
+	want(t, e.publish(aBody), http.StatusOK, "")
+	if n := e.streamCount(a); n != 1 {
+		t.Fatalf("the topic holds %d copies; want 1", n)
+	}
+}
+
+// TestRecoverSkipsWhatTheBusDidNotWrite: a message something else wrote to
+// the topic (the embedded store's NATS port can be opened to clients) is
+// counted and skipped; it never stops a start.
+func TestRecoverSkipsWhatTheBusDidNotWrite(t *testing.T) {
+	e := newEnv(t)
+	want(t, e.publish(snap{story: "s1", seq: 1}.json()), http.StatusAccepted, "")
+	ctx := context.Background()
+	subject := store.Subject(e.ws.ID, "story-event", "x")
+	if _, err := e.st.JS.PublishMsg(ctx, &nats.Msg{Subject: subject, Data: []byte("hello"), Header: nats.Header{nats.MsgIdHdr: []string{uuid.NewString()}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.st.JS.Publish(ctx, subject, []byte(`{"no":"id"}`)); err != nil {
+		t.Fatal(err)
+	}
+	rec := e.recover()
+	if rec.Skipped != 2 || rec.Messages != 3 {
+		t.Fatalf("recovery %+v; want 3 messages read, 2 skipped", rec)
 	}
 }

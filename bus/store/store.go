@@ -18,6 +18,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
+// RecordsSyncInterval is the embedded store's periodic fsync under
+// SyncAlways when no SyncInterval is given: the records bucket, flushed
+// asynchronously, is fsynced this often.
+const RecordsSyncInterval = 10 * time.Second
+
 // DuplicateWindow is how long the topic drops a re-publication of the same
 // message_id (Nats-Msg-Id).
 const DuplicateWindow = 5 * time.Minute
@@ -49,6 +54,12 @@ func StartEmbedded(o EmbeddedOptions) (*server.Server, error) {
 	}
 	if o.SyncInterval > 0 {
 		opts.SyncInterval = o.SyncInterval
+	} else if o.SyncAlways {
+		// Under always, only the asynchronously persisted records bucket
+		// waits for the periodic fsync; a short period keeps short the
+		// window of records a power loss can take, and with it the topic a
+		// start reads to rebuild them.
+		opts.SyncInterval = RecordsSyncInterval
 	}
 	if o.Listen == "" {
 		opts.DontListen = true
@@ -86,6 +97,9 @@ type Options struct {
 	Replicas int
 	// Name names the connection in the server's monitoring.
 	Name string
+	// CleanStart says that the embedded store was last stopped cleanly
+	// (TakeCleanStop): no record can have been lost, and none is rebuilt.
+	CleanStart bool
 }
 
 // Store is a connection to JetStream.
@@ -97,6 +111,8 @@ type Store struct {
 	// embedded store may not be on disk yet, 0 on an external cluster: see
 	// Workspace.RecordsLossWindow.
 	recordsLossWindow time.Duration
+	// cleanStart: see Options.CleanStart.
+	cleanStart bool
 }
 
 // lossMargin widens the window of records a crash may have lost, for the
@@ -132,7 +148,7 @@ func Connect(o Options) (*Store, error) {
 	if replicas < 1 {
 		replicas = 1
 	}
-	st := &Store{Conn: nc, JS: js, replicas: replicas}
+	st := &Store{Conn: nc, JS: js, replicas: replicas, cleanStart: o.CleanStart}
 	if o.Embedded != nil {
 		// The embedded server lives and dies with this process, so this
 		// process can rebuild, at its start, the records a crash lost.
@@ -184,7 +200,8 @@ type Workspace struct {
 	// Records is the idempotency record bucket.
 	Records jetstream.KeyValue
 	// RecordsLossWindow is 0 when a record is on disk (under the store's
-	// fsync policy) before its write is acknowledged. Otherwise the
+	// fsync policy) before its write is acknowledged, or when the embedded
+	// store was last stopped cleanly, its records all flushed. Otherwise the
 	// records bucket is flushed asynchronously, and a crash of the process
 	// can lose the records written in about this long before it; the
 	// topic, written as before, is then the truth they are rebuilt from
@@ -264,7 +281,7 @@ func (s *Store) openRecords(ctx context.Context, workspace string, window time.D
 	if err != nil {
 		return nil, 0, err
 	}
-	if cfg.PersistMode != jetstream.AsyncPersistMode {
+	if cfg.PersistMode != jetstream.AsyncPersistMode || s.cleanStart {
 		return kv, 0, nil
 	}
 	return kv, s.recordsLossWindow, nil

@@ -91,3 +91,42 @@ func TestEmbeddedRecordsAreFlushedAsynchronously(t *testing.T) {
 		t.Errorf("the existing bucket's TTL was not updated: %v", err)
 	}
 }
+
+// TestCleanStop: the mark of a clean stop is taken once, and a store
+// started cleanly reports that no record can have been lost.
+func TestCleanStop(t *testing.T) {
+	dir := t.TempDir()
+	if clean, err := store.TakeCleanStop(dir); err != nil || clean {
+		t.Fatalf("a new directory: clean %v, %v; want false", clean, err)
+	}
+	if err := store.MarkCleanStop(dir); err != nil {
+		t.Fatal(err)
+	}
+	if clean, err := store.TakeCleanStop(dir); err != nil || !clean {
+		t.Fatalf("after a clean stop: clean %v, %v; want true", clean, err)
+	}
+	if clean, err := store.TakeCleanStop(dir); err != nil || clean {
+		t.Fatalf("the mark was taken twice: clean %v, %v", clean, err)
+	}
+
+	ns, err := store.StartEmbedded(store.EmbeddedOptions{DataDir: dir, SyncAlways: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	if got := ns.JetStreamConfig().SyncInterval; got != store.RecordsSyncInterval {
+		t.Errorf("sync interval under always %v; want %v", got, store.RecordsSyncInterval)
+	}
+	st, err := store.Connect(store.Options{Embedded: ns, CleanStart: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	ws, err := st.OpenWorkspace(context.Background(), "newsroom", 7*24*time.Hour, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pm := persistMode(t, st, "newsroom"); pm != jetstream.AsyncPersistMode || ws.RecordsLossWindow != 0 {
+		t.Errorf("clean start: persist mode %v, loss window %v; want async and 0", pm, ws.RecordsLossWindow)
+	}
+}

@@ -286,3 +286,36 @@ func deliveries(t *testing.T, dataDir, id string) int {
 	}
 	return n
 }
+
+// TestOnlyACrashMakesTheStartReadTheTopic: a bus stopped cleanly flushed
+// every record, so its next start reads nothing from the topic; a bus
+// killed may have lost records, so its next start reads the topic's latest
+// messages and checks their records.
+func TestOnlyACrashMakesTheStartReadTheTopic(t *testing.T) {
+	dir := t.TempDir()
+	cfg, data, addr := writeConfig(t, dir), filepath.Join(dir, "data"), testutil.FreeAddr(t)
+	const checked = "checked the records of the topic's latest messages"
+	b := startBus(t, cfg, data, addr)
+	token := b.token(t)
+	body := []byte(fmt.Sprintf(`{"som_version":"1.0","message_id":%q,"message_type":"story.context","system_id":"cms","timestamp":"2026-11-29T09:00:00Z","payload":{"story_id":"clean","sequence_number":1,"state":"draft","headline":"Harbour bridge approved"}}`, uuid.NewString()))
+	if status, _, err := b.send(token, body); err != nil || status != http.StatusAccepted {
+		t.Fatalf("publish: %d %v", status, err)
+	}
+	_ = b.cmd.Process.Signal(syscall.SIGTERM)
+	<-b.done
+
+	b = startBus(t, cfg, data, addr)
+	if strings.Contains(b.logs.String(), checked) {
+		t.Fatalf("the start after a clean stop read the topic:\n%s", b.logs.String())
+	}
+	_ = b.cmd.Process.Kill()
+	<-b.done
+
+	b = startBus(t, cfg, data, addr)
+	if !strings.Contains(b.logs.String(), checked) {
+		t.Fatalf("the start after a kill did not read the topic:\n%s", b.logs.String())
+	}
+	if status, _, err := b.send(token, body); err != nil || status != http.StatusOK {
+		t.Fatalf("resend after the kill: %d %v; want 200 duplicate", status, err)
+	}
+}

@@ -81,7 +81,7 @@ func (o *ServeOptions) bind(cmd *cobra.Command) {
 	f.StringVar(&o.NATSListen, "nats-listen", "", "also serve NATS clients (consumers) from the embedded store on this address")
 	f.IntVar(&o.Replicas, "replicas", 1, "replicas of every stream and bucket (3 on an external cluster)")
 	f.StringVar(&o.Sync, "sync", SyncAlways, "embedded JetStream fsync: always (every message) or interval")
-	f.DurationVar(&o.SyncInterval, "sync-interval", 0, "fsync period with --sync=interval (nats-server's default is 2m)")
+	f.DurationVar(&o.SyncInterval, "sync-interval", 0, "fsync period of what is not fsynced on write: every write with --sync=interval (default 2m), the records bucket with --sync=always (default 10s)")
 	f.DurationVar(&o.TopicRetention, "topic-retention", 0, "how long the topic keeps messages; 0 keeps them until the store's limits")
 	bindLogFlags(cmd, &o.LogFormat, &o.LogLevel)
 	f.BoolVar(&o.AccessLog, "access-log", true, "log one line per request on the publish port (--access-log=false turns it off)")
@@ -183,8 +183,15 @@ func Serve(ctx context.Context, o ServeOptions, cfgs []*config.Workspace, log *s
 		log.Warn("--sync, --sync-interval and --nats-listen apply to the embedded store only; the external cluster's own configuration decides")
 	}
 	var ns *server.Server
+	cleanStart := false
 	if o.NATSURL == "" {
+		// A clean stop flushed every record: the start then rebuilds none
+		// from the topic. The mark is taken now, so a crash of this run is
+		// never mistaken for a clean stop.
 		var err error
+		if cleanStart, err = store.TakeCleanStop(o.DataDir); err != nil {
+			return fmt.Errorf("data directory: %w", err)
+		}
 		ns, err = store.StartEmbedded(store.EmbeddedOptions{
 			DataDir:      o.DataDir,
 			SyncAlways:   o.Sync == SyncAlways,
@@ -194,9 +201,15 @@ func Serve(ctx context.Context, o ServeOptions, cfgs []*config.Workspace, log *s
 		if err != nil {
 			return err
 		}
-		defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
+		defer func() {
+			ns.Shutdown()
+			ns.WaitForShutdown()
+			if err := store.MarkCleanStop(o.DataDir); err != nil {
+				log.Warn("could not mark the store's clean stop; the next start rebuilds records from the topic", "error", err)
+			}
+		}()
 	}
-	st, err := store.Connect(store.Options{URL: o.NATSURL, Embedded: ns, CredentialsFile: o.NATSCreds, Replicas: o.Replicas, Name: "storybus-bus"})
+	st, err := store.Connect(store.Options{URL: o.NATSURL, Embedded: ns, CredentialsFile: o.NATSCreds, Replicas: o.Replicas, Name: "storybus-bus", CleanStart: cleanStart})
 	if err != nil {
 		return err
 	}
