@@ -277,7 +277,7 @@ func (e *env) runPhase(ctx context.Context, name PhaseName, producers, round int
 
 // durableWrites says what each phase writes per message.
 var durableWrites = map[PhaseName]string{
-	PhaseBus:           "1 + 1 async",
+	PhaseBus:           "1 + 1 unsynced",
 	PhaseRelay:         "1",
 	PhaseRelayTwoWrite: "2",
 	PhaseRaw:           "1",
