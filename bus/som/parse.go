@@ -266,7 +266,7 @@ func (p *parser) object() (map[string]any, error) {
 			return nil, p.failChar("not JSON: expected a member name: ")
 		}
 		keyAt := p.pos
-		key, err := p.name()
+		key, err := p.string()
 		if err != nil {
 			return nil, err
 		}
@@ -338,21 +338,6 @@ func (p *parser) array() ([]any, error) {
 	}
 }
 
-// names are the member names of SOM 1.0. Parse shares one copy of each
-// instead of allocating it for every message.
-var names = func() map[string]string {
-	m := map[string]string{}
-	for _, n := range []string{
-		"som_version", "message_id", "message_type", "system_id", "timestamp", "correlation_id", "payload",
-		"story_id", "sequence_number", "state", "headline", "slug", "desk", "language", "embargo_until",
-		"body_ref", "assets", "ref", "kind", "caption", "authors", "labels", "kill_reason",
-		"event", "occurred_at", "details", "asset_id", "story_ids", "rights", "usage", "expires_at",
-	} {
-		m[n] = n
-	}
-	return m
-}()
-
 // knownValues are the string values SOM 1.0 defines (the const and enum
 // values of its schemas), each already held in an interface: Parse shares
 // them instead of allocating the string and its interface every time.
@@ -385,23 +370,6 @@ func (p *parser) known() (any, bool) {
 		}
 	}
 	return nil, false
-}
-
-// name reads a member name; pos is at its opening quote.
-func (p *parser) name() (string, error) {
-	start := p.pos + 1
-	for i := start; i < len(p.data) && i-start <= 16; i++ {
-		if c := p.data[i]; c == '"' {
-			if n, ok := names[string(p.data[start:i])]; ok {
-				p.pos = i + 1
-				return n, nil
-			}
-			break
-		} else if c == '\\' {
-			break
-		}
-	}
-	return p.string()
 }
 
 // string reads a string; pos is at its opening quote.
