@@ -156,16 +156,25 @@ func (c *canonicalizer) array(arr []any, depth int) error {
 // every other character as itself in UTF-8, U+2028, U+2029 and '/' included.
 func (c *canonicalizer) string(s string) error {
 	const hex = "0123456789abcdef"
-	// JCS requires UTF-8. Checked once here, every byte of a multi-byte
-	// character is then written as itself: only ASCII bytes are escaped.
-	if !utf8.ValidString(s) {
-		return errors.New("a string is not valid UTF-8")
-	}
 	c.buf = append(c.buf, '"')
 	start := 0
-	for i := 0; i < len(s); i++ {
+	for i := 0; i < len(s); {
+		if i+8 <= len(s) && plainASCII8(s[i:i+8]) {
+			i += 8
+			continue
+		}
 		ch := s[i]
+		if ch >= utf8.RuneSelf {
+			// Literal, once known to be UTF-8, which JCS requires.
+			r, size := utf8.DecodeRuneInString(s[i:])
+			if r == utf8.RuneError && size == 1 {
+				return errors.New("a string is not valid UTF-8")
+			}
+			i += size
+			continue
+		}
 		if !escaped[ch] {
+			i++
 			continue
 		}
 		c.buf = append(c.buf, s[start:i]...)
@@ -185,16 +194,34 @@ func (c *canonicalizer) string(s string) error {
 		default:
 			c.buf = append(c.buf, '\\', 'u', '0', '0', hex[ch>>4], hex[ch&0xf])
 		}
-		start = i + 1
+		i++
+		start = i
 	}
 	c.buf = append(c.buf, s[start:]...)
 	c.buf = append(c.buf, '"')
 	return nil
 }
 
+// plainASCII8 reports whether the 8 bytes of s are all printable ASCII
+// other than '"' and '\\', so that string can pass over them at once: most
+// of a message's text is such bytes. It reads them as one 64-bit word and
+// uses the bit tricks of "Determine if a word has a byte less than n"
+// (Bit Twiddling Hacks): w-n*ones borrows into a byte's top bit only when
+// that byte is below n, once no byte has its top bit set.
+func plainASCII8(s string) bool {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	w := uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
+	if w&highs != 0 {
+		return false // a byte of a multi-byte character
+	}
+	below := func(w uint64, n uint64) bool { return (w-n*ones)&^w&highs != 0 }
+	quote, backslash := w^('"'*ones), w^('\\'*ones) // a zero byte where it matched
+	return !below(w, 0x20) && !below(quote, 1) && !below(backslash, 1)
+}
+
 // escaped marks the bytes a JSON string cannot hold as themselves: ASCII
-// control characters, '"' and '\\'. The bytes of multi-byte characters are
-// never escaped.
+// control characters, '"' and '\\'.
 var escaped = func() (t [256]bool) {
 	for ch := range 0x20 {
 		t[ch] = true
