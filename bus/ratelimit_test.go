@@ -435,3 +435,22 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	testutil.EventuallyTrue(t, what, 10*time.Second, cond)
 }
+
+// TestWaitWritesTheCountsBeforeAStop: a stopping bus waits for the daily
+// quota counts still being written in the background, so that it closes
+// its store connection after them and loses none.
+func TestWaitWritesTheCountsBeforeAStop(t *testing.T) {
+	ns := startNATS(t)
+	clock := newStoppedClock(time.Date(2026, 11, 29, 9, 0, 0, 0, time.UTC))
+	h := newReplica(t, ns, clock, limitedWorkspace(&config.Limits{DailyQuota: 1000}, nil), nil)
+	cms := h.token(t, "newsroom", "cms", cmsSecret)
+	usage := usageReader(t, ns, clock)
+	const n = 20
+	for i := range n {
+		expect(t, h.post(t, "newsroom", cms, snapshot("", fmt.Sprintf("waited-%d", i), 1, "cms")), http.StatusAccepted, "")
+	}
+	h.srv.Wait()
+	if u := usage("cms"); u.Accepted != n || u.InFlight != 0 {
+		t.Fatalf("after Wait: %d accepted, %d in flight; want %d and 0", u.Accepted, u.InFlight, n)
+	}
+}

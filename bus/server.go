@@ -234,10 +234,14 @@ func (s *Server) Config(id string) (*config.Workspace, bool) {
 	return ws.cfg.Load(), true
 }
 
-// Wait blocks until every workspace's background record marks are done.
+// Wait blocks until every workspace's background writes are done: the
+// record marks, and the rate and quota counts.
 func (s *Server) Wait() {
 	for _, ws := range *s.workspaces.Load() {
 		ws.core.Wait()
+		if l := ws.limiter.l.Load(); l != nil {
+			l.Wait()
+		}
 	}
 }
 

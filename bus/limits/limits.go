@@ -117,6 +117,8 @@ type Limiter struct {
 
 	mu       sync.Mutex
 	counters map[string]*counter
+	// drains counts the background writes of counts under way.
+	drains sync.WaitGroup
 }
 
 // BucketName returns the name of a workspace's limits bucket.
@@ -318,10 +320,21 @@ func (l *Limiter) settle(c *counter, o *op) {
 	}
 	c.busy = true
 	c.mu.Unlock()
+	l.drains.Add(1)
 	go l.drain(c)
 }
 
-func (l *Limiter) drain(c *counter) { l.handOff(c, l.process(c)) }
+// drain writes a counter's queue in the background.
+func (l *Limiter) drain(c *counter) {
+	defer l.drains.Done()
+	l.handOff(c, l.process(c))
+}
+
+// Wait blocks until the counts being written in the background are
+// written or have failed, so that a stopping process closes its store
+// connection after them. A count whose write failed and waits for a retry
+// is not waited for.
+func (l *Limiter) Wait() { l.drains.Wait() }
 
 // handOff passes the lead on after a batch: to a waiting admit, or to a
 // background drain for counts only, after a backoff when the store failed.
@@ -343,6 +356,7 @@ func (l *Limiter) handOff(c *counter, failed bool) {
 		}
 	}
 	if !failed {
+		l.drains.Add(1)
 		go l.drain(c)
 		return
 	}
@@ -358,6 +372,7 @@ func (l *Limiter) handOff(c *counter, failed bool) {
 		}
 		c.busy = true
 		c.mu.Unlock()
+		l.drains.Add(1)
 		l.drain(c)
 	})
 }
