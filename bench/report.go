@@ -354,8 +354,12 @@ func (l *Level) write(b *strings.Builder) {
 	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "phase\tdurable writes/msg\tmsgs/s\tp50 ms\tp99 ms\taccepted\terrors")
 	for _, ph := range l.phases() {
+		writes := ph.Writes
+		if writes == "" { // a running bus: its store is not known here
+			writes = "n/a"
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.2f\t%.2f\t%d\t%d\n",
-			phaseLabels[ph.Name], ph.Writes, ph.PerSecond, ph.P50Ms, ph.P99Ms, ph.Accepted, ph.Errors)
+			phaseLabels[ph.Name], writes, ph.PerSecond, ph.P50Ms, ph.P99Ms, ph.Accepted, ph.Errors)
 	}
 	_ = tw.Flush()
 	if len(l.Bus.Statuses) > 0 {
