@@ -206,7 +206,7 @@ func (s *Server) Apply(ctx context.Context, cfg *config.Workspace) error {
 		return fmt.Errorf("workspace %q: rebuilding records from the topic: %w", cfg.ID, err)
 	}
 	if rec.Messages > 0 {
-		s.log.Info("checked the records of the topic's latest messages", "workspace", cfg.ID, "read_from", rec.From, "messages", rec.Messages, "took", time.Since(started).Round(time.Millisecond))
+		s.log.Info("checked the records of the topic's latest messages", "workspace", cfg.ID, "read_from", rec.From, "messages", rec.Messages, "took", time.Since(started).Round(time.Millisecond).String())
 	}
 	if rec.Rebuilt > 0 || rec.Marked > 0 {
 		s.log.Warn("rebuilt records a crash had lost", "workspace", cfg.ID, "read_from", rec.From, "messages", rec.Messages, "rebuilt", rec.Rebuilt, "marked", rec.Marked)

@@ -2,11 +2,36 @@ package store
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"syscall"
 )
+
+// lockFile, in the embedded store's data directory, is locked by the
+// process that serves the store, for as long as it runs.
+const lockFile = "storybus.lock"
+
+// LockDataDir takes the embedded store's data directory for this process:
+// two processes serving one store would corrupt it, and the second would
+// take the first's crash for a clean stop. The lock is held until the
+// process ends (or the file is closed); an error says another process
+// holds it.
+func LockDataDir(dataDir string) (*os.File, error) {
+	if err := os.MkdirAll(dataDir, 0o750); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(filepath.Join(dataDir, lockFile), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("the data directory %s is in use by another storybus process: %w", dataDir, err)
+	}
+	return f, nil
+}
 
 // cleanStopFile, in the embedded store's data directory, says that the
 // store was last stopped cleanly: every record it held was flushed and on

@@ -130,3 +130,22 @@ func TestCleanStop(t *testing.T) {
 		t.Errorf("clean start: persist mode %v, loss window %v; want async and 0", pm, ws.RecordsLossWindow)
 	}
 }
+
+// TestDataDirIsLocked: one process at a time serves a data directory.
+func TestDataDirIsLocked(t *testing.T) {
+	dir := t.TempDir()
+	first, err := store.LockDataDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second, err := store.LockDataDir(dir); err == nil {
+		second.Close()
+		t.Fatal("a second lock of the data directory was granted")
+	}
+	first.Close()
+	again, err := store.LockDataDir(dir)
+	if err != nil {
+		t.Fatalf("the lock was not released with its file: %v", err)
+	}
+	again.Close()
+}

@@ -319,3 +319,33 @@ func TestOnlyACrashMakesTheStartReadTheTopic(t *testing.T) {
 		t.Fatalf("resend after the kill: %d %v; want 200 duplicate", status, err)
 	}
 }
+
+// TestASecondBusOnTheDataDirIsRefused: a second process on a running bus's
+// data directory exits at once, and leaves no mark of a clean stop that
+// would make the next start skip the rebuild after the first's crash.
+func TestASecondBusOnTheDataDirIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	cfg, data, addr := writeConfig(t, dir), filepath.Join(dir, "data"), testutil.FreeAddr(t)
+	b := startBus(t, cfg, data, addr)
+	token := b.token(t)
+	body := []byte(fmt.Sprintf(`{"som_version":"1.0","message_id":%q,"message_type":"story.context","system_id":"cms","timestamp":"2026-11-29T09:00:00Z","payload":{"story_id":"locked","sequence_number":1,"state":"draft","headline":"Harbour bridge approved"}}`, uuid.NewString()))
+	if status, _, err := b.send(token, body); err != nil || status != http.StatusAccepted {
+		t.Fatalf("publish: %d %v", status, err)
+	}
+
+	second := exec.Command(binary, "serve", "--config", cfg, "--data-dir", data, "--listen", testutil.FreeAddr(t), "--ops-listen", "127.0.0.1:0")
+	out, err := second.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "in use by another storybus process") {
+		t.Fatalf("a second bus on the data directory: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(filepath.Join(data, "storybus-clean-stop")); err == nil {
+		t.Fatal("the refused bus left a mark of a clean stop")
+	}
+
+	_ = b.cmd.Process.Kill()
+	<-b.done
+	b = startBus(t, cfg, data, addr)
+	if !strings.Contains(b.logs.String(), "checked the records of the topic's latest messages") {
+		t.Fatalf("the start after the kill did not read the topic:\n%s", b.logs.String())
+	}
+}

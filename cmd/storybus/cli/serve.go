@@ -183,15 +183,24 @@ func Serve(ctx context.Context, o ServeOptions, cfgs []*config.Workspace, log *s
 		log.Warn("--sync, --sync-interval and --nats-listen apply to the embedded store only; the external cluster's own configuration decides")
 	}
 	var ns *server.Server
-	cleanStart := false
+	// cleanStart: the store was stopped cleanly, every record flushed, and
+	// the start rebuilds none from the topic. markClean: this run may leave
+	// the mark when it stops, because no record can be missing: it started
+	// clean, or it rebuilt the records of every workspace in the store.
+	cleanStart, markClean := false, false
 	if o.NATSURL == "" {
-		// A clean stop flushed every record: the start then rebuilds none
-		// from the topic. The mark is taken now, so a crash of this run is
-		// never mistaken for a clean stop.
-		var err error
+		lock, err := store.LockDataDir(o.DataDir)
+		if err != nil {
+			return err
+		}
+		defer lock.Close()
+		// The mark is taken now, so a crash of this run, or a start that
+		// fails before it rebuilt every workspace's records, is never
+		// mistaken for a clean stop.
 		if cleanStart, err = store.TakeCleanStop(o.DataDir); err != nil {
 			return fmt.Errorf("data directory: %w", err)
 		}
+		markClean = cleanStart
 		ns, err = store.StartEmbedded(store.EmbeddedOptions{
 			DataDir:      o.DataDir,
 			SyncAlways:   o.Sync == SyncAlways,
@@ -204,6 +213,9 @@ func Serve(ctx context.Context, o ServeOptions, cfgs []*config.Workspace, log *s
 		defer func() {
 			ns.Shutdown()
 			ns.WaitForShutdown()
+			if !markClean {
+				return
+			}
 			if err := store.MarkCleanStop(o.DataDir); err != nil {
 				log.Warn("could not mark the store's clean stop; the next start rebuilds records from the topic", "error", err)
 			}
@@ -319,10 +331,38 @@ func Serve(ctx context.Context, o ServeOptions, cfgs []*config.Workspace, log *s
 	_ = api.Shutdown(shutdownCtx)
 	_ = ops.Shutdown(shutdownCtx)
 	srv.Wait()
+	if ns != nil && !cleanStart {
+		markClean = everyWorkspaceServed(shutdownCtx, st, srv, log)
+	}
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil
 	}
 	return err
+}
+
+// everyWorkspaceServed reports whether every workspace whose topic is in
+// the store was served by this run, so had its records rebuilt when it
+// was applied. A workspace the configuration left out keeps its need of a
+// rebuild: no clean stop is marked until a run serves it.
+func everyWorkspaceServed(ctx context.Context, st *store.Store, srv *bus.Server, log *slog.Logger) bool {
+	names := st.JS.StreamNames(ctx)
+	var missing []string
+	for name := range names.Name() {
+		if ws, ok := strings.CutPrefix(name, store.StreamName("")); ok {
+			if _, served := srv.Config(ws); !served {
+				missing = append(missing, ws)
+			}
+		}
+	}
+	if err := names.Err(); err != nil {
+		log.Warn("could not list the store's workspaces; the next start rebuilds records from the topic", "error", err)
+		return false
+	}
+	if len(missing) > 0 {
+		log.Warn("workspaces in the store were not served; the next start rebuilds records from the topic", "workspaces", missing)
+		return false
+	}
+	return true
 }
 
 // serverTLS returns the publish port's TLS configuration, or nil without
