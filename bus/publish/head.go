@@ -149,16 +149,24 @@ func (c *Core) snapshotPublished(ctx context.Context, subject string, msg *som.M
 	case after == nil:
 		return c.walkStory(ctx, subject, msg, head)
 	}
-	cctx, cancel := context.WithTimeout(ctx, c.opTimeout)
-	defer cancel()
-	m, err := c.ws.Stream.GetMsg(cctx, *after+1, jetstream.WithGetMsgSubject(subject))
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return false, head, nil
-	}
-	if err != nil {
+	m, err := c.firstAfter(ctx, subject, *after)
+	if err != nil || m == nil {
 		return false, head, err
 	}
 	return m.Header.Get(nats.MsgIdHdr) == msg.MessageID, head, nil
+}
+
+// firstAfter reads the first message on subject past stream sequence
+// after: the snapshot a record naming that head proves, if it was
+// published. It returns nil when there is none.
+func (c *Core) firstAfter(ctx context.Context, subject string, after uint64) (*jetstream.RawStreamMsg, error) {
+	cctx, cancel := context.WithTimeout(ctx, c.opTimeout)
+	defer cancel()
+	m, err := c.ws.Stream.GetMsg(cctx, after+1, jetstream.WithGetMsgSubject(subject))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, nil
+	}
+	return m, err
 }
 
 // walkStory looks for msg on its story subject message by message, for a

@@ -191,13 +191,8 @@ func (c *Core) recordProves(ctx context.Context, after *uint64, subject string, 
 	if after == nil {
 		return true, nil
 	}
-	cctx, cancel := context.WithTimeout(ctx, c.opTimeout)
-	defer cancel()
-	first, err := c.ws.Stream.GetMsg(cctx, *after+1, jetstream.WithGetMsgSubject(subject))
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return false, nil
-	}
-	if err != nil {
+	first, err := c.firstAfter(ctx, subject, *after)
+	if err != nil || first == nil {
 		return false, err
 	}
 	return first.Sequence == seq, nil
