@@ -72,7 +72,8 @@ func newEnv(ctx context.Context, o Options) (_ *env, err error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	e.metrics = bus.NewMetrics()
-	e.srv = bus.New(bus.Options{Store: e.st, Logger: log, Metrics: e.metrics})
+	// As serve runs it on its embedded store: the topic's only writer.
+	e.srv = bus.New(bus.Options{Store: e.st, Logger: log, Metrics: e.metrics, SoleWriter: true})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err

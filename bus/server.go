@@ -53,6 +53,12 @@ type Options struct {
 	// TopicRetention is how long the topic keeps messages; 0 keeps them
 	// until the store's limits.
 	TopicRetention time.Duration
+	// SoleWriter says that this server is the only writer of its store's
+	// topics: the process owns the embedded store (its data directory is
+	// locked), the store serves no NATS clients, and no other server in
+	// the process serves the same workspaces. Snapshots are then published
+	// without the store's compare-and-swap (publish.Options.SoleWriter).
+	SoleWriter bool
 	// WithoutPolicy skips the workspace policy (stages 4, 5, 9 and 12 accept
 	// everything, no limits): for measuring what the policy costs, never
 	// for serving.
@@ -197,6 +203,7 @@ func (s *Server) Apply(ctx context.Context, cfg *config.Workspace) error {
 		Publisher:  pub,
 		Logger:     s.log,
 		Observe:    s.metrics.storeObserver(cfg.ID),
+		SoleWriter: s.opts.SoleWriter,
 	})}
 	// A crash may have left published messages without their records:
 	// they are rebuilt from the topic before the first publish.

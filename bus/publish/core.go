@@ -168,6 +168,16 @@ type Options struct {
 	Logger *slog.Logger
 	// Observe, when set, is told each store operation's latency.
 	Observe func(op string, d time.Duration)
+	// SoleWriter says that this Core is the only writer of its workspace's
+	// topic: its process owns an embedded store that serves no NATS
+	// clients, and makes one Core per workspace. A story's snapshots are
+	// then decided and published one at a time in the process, over the
+	// head the Core holds, without the store's compare-and-swap (which
+	// reads the story's last message, often a block from disk for a story
+	// not written lately). A story whose head the Core cannot be sure of,
+	// because a publish of it failed or went unanswered, is published with
+	// the compare-and-swap until one succeeds.
+	SoleWriter bool
 }
 
 // Core is the publish core of one workspace.
@@ -181,6 +191,12 @@ type Core struct {
 	observe   func(string, time.Duration)
 	heads     *headCache
 
+	// sole is Options.SoleWriter; stories then serialises a story's
+	// snapshots, and unsure holds the stories published with the
+	// compare-and-swap until one succeeds.
+	sole    bool
+	stories *storyLocks
+	unsure  sync.Map
 	// marking holds the keys of messages this process published whose
 	// record is not yet marked: a retry of one of them is a duplicate.
 	marking sync.Map
@@ -197,6 +213,10 @@ func New(ws *store.Workspace, js jetstream.JetStream, o Options) *Core {
 		opTimeout: o.OpTimeout,
 		log:       o.Logger,
 		observe:   o.Observe,
+		sole:      o.SoleWriter,
+	}
+	if c.sole {
+		c.stories = newStoryLocks()
 	}
 	if c.pub == nil {
 		c.pub = js
@@ -275,6 +295,13 @@ type attempt struct {
 	after    uint64
 	decision Decision
 	seqWarn  []rules.Violation
+	// sent says a publish of this attempt reached the connection, and
+	// settled that its acknowledgement made the cached head this
+	// attempt's: a sole writer is unsure of a story sent to and not
+	// settled.
+	sent, settled bool
+	// cas says the last publish carried the compare-and-swap.
+	cas bool
 }
 
 // Publish runs stages 10 to 13 for a message.
@@ -294,6 +321,18 @@ func (c *Core) Publish(ctx context.Context, in Input) Outcome {
 		hash:     hex.EncodeToString(in.Hash[:]),
 		subject:  store.Subject(c.ws.ID, msg.Family, key),
 		snapshot: msg.Family == som.FamilyStoryContext, // the only family with story heads
+	}
+	if a.snapshot && c.sole {
+		release, err := c.stories.lock(ctx, msg.StoryID)
+		if err != nil {
+			return a.retryLater(rules.BusPublishFailed, "another snapshot of this story is still waiting for the store; the message was not published; retry with the same message_id and body", time.Second)
+		}
+		defer func() {
+			if a.sent && !a.settled {
+				c.unsure.Store(msg.StoryID, struct{}{})
+			}
+			release()
+		}()
 	}
 	return a.run(ctx)
 }
@@ -506,20 +545,25 @@ func (a *attempt) publish(ctx context.Context) (*jetstream.PubAck, error) {
 	keys := [...]string{nats.MsgIdHdr, HeaderMessageType, HeaderSystemID, HeaderSequence, HeaderState, HeaderOwner}
 	values := []string{a.msg.MessageID, a.msg.MessageType, a.msg.SystemID, "", "", ""}
 	n := 3
-	var opts []jetstream.PublishOpt
 	if a.snapshot {
 		values[3], values[4], values[5] = strconv.FormatInt(a.msg.SequenceNumber, 10), a.msg.State, a.decision.Owner
 		n = 6
-		opts = append(opts, jetstream.WithExpectLastSequencePerSubject(a.head.SubjectSeq))
 	}
 	m := &nats.Msg{Subject: a.subject, Data: a.msg.Raw, Header: make(nats.Header, n+1)}
 	for i := range n {
 		m.Header[keys[i]] = values[i : i+1 : i+1]
 	}
+	// The compare-and-swap on the story head: a sole writer's head is the
+	// store's, unless a publish of the story went wrong.
+	a.cas = a.snapshot && !a.c.soleHead(a.msg.StoryID)
+	if a.cas {
+		m.Header[jetstream.ExpectedLastSubjSeqHeader] = []string{strconv.FormatUint(a.head.SubjectSeq, 10)}
+	}
 	t0 := time.Now()
 	cctx, cancel := context.WithTimeout(ctx, a.c.opTimeout)
 	defer cancel()
-	ack, err := a.c.pub.PublishMsg(cctx, m, opts...)
+	a.sent = true
+	ack, err := a.c.pub.PublishMsg(cctx, m)
 	a.c.observe("publish", time.Since(t0))
 	return ack, err
 }
@@ -538,7 +582,21 @@ func (a *attempt) published(ack *jetstream.PubAck) {
 			Exists: true, SubjectSeq: ack.Sequence, SequenceNumber: a.msg.SequenceNumber,
 			State: a.msg.State, Owner: a.decision.Owner, MessageID: a.msg.MessageID,
 		})
+		a.settled = true
+		if a.cas && a.c.sole {
+			a.c.unsure.Delete(a.msg.StoryID)
+		}
 	}
+}
+
+// soleHead reports whether the story's head is this sole writer's to
+// publish over without the store's compare-and-swap.
+func (c *Core) soleHead(story string) bool {
+	if !c.sole {
+		return false
+	}
+	_, unsure := c.unsure.Load(story)
+	return !unsure
 }
 
 // publishFailed handles a failed publish. A definite failure (the store

@@ -87,7 +87,9 @@ func headFromMsg(m *jetstream.RawStreamMsg) Head {
 // again from the store on demand). A cached head can only be behind the
 // store (sequence numbers only grow), so a refusal from it is always right
 // and an acceptance is confirmed by the publish's compare-and-swap on the
-// story subject.
+// story subject. A sole writer's cached head is the store's (its own
+// publishes are the story's only ones, one at a time), except for a story
+// it is unsure of, which keeps the compare-and-swap.
 type headCache struct {
 	mu    sync.Mutex // makes put's compare and add one step
 	heads *lru.Cache[string, Head]

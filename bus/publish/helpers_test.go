@@ -52,11 +52,26 @@ type countingPublisher struct {
 	js    jetstream.JetStream
 	calls atomic.Int64
 	acked atomic.Int64
+	// swaps counts the calls that carried the story head's
+	// compare-and-swap.
+	swaps atomic.Int64
+	// around, when set, publishes in place of js (a test's interception).
+	around func(ctx context.Context, m *nats.Msg, publish func() (*jetstream.PubAck, error)) (*jetstream.PubAck, error)
 }
 
 func (p *countingPublisher) PublishMsg(ctx context.Context, m *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
 	p.calls.Add(1)
-	ack, err := p.js.PublishMsg(ctx, m, opts...)
+	if m.Header.Get(jetstream.ExpectedLastSubjSeqHeader) != "" {
+		p.swaps.Add(1)
+	}
+	publish := func() (*jetstream.PubAck, error) { return p.js.PublishMsg(ctx, m, opts...) }
+	var ack *jetstream.PubAck
+	var err error
+	if p.around != nil {
+		ack, err = p.around(ctx, m, publish)
+	} else {
+		ack, err = publish()
+	}
 	if err == nil && !ack.Duplicate {
 		p.acked.Add(1)
 	}
@@ -110,7 +125,12 @@ type env struct {
 	// url and replicas are set on an external cluster.
 	url      string
 	replicas int
+	// sole makes the core a sole writer (publish.Options.SoleWriter).
+	sole bool
 }
+
+// soleCores, while set, makes newEnv build sole-writer cores.
+var soleCores bool
 
 // externalCluster, while set, makes newEnv use an external NATS cluster.
 type externalCluster struct {
@@ -133,7 +153,7 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	e := &env{t: t, ns: ns, clock: &fakeClock{}, faults: &faultSet{}}
+	e := &env{t: t, ns: ns, clock: &fakeClock{}, faults: &faultSet{}, sole: soleCores}
 	e.connect("newsroom", 7*24*time.Hour)
 	return e
 }
@@ -154,6 +174,7 @@ func (e *env) connect(workspace string, window time.Duration) {
 	e.pub = &countingPublisher{js: st.JS}
 	e.core = publish.New(ws, st.JS, publish.Options{
 		StoreClock: e.clock, Faults: e.faults.hook, Publisher: e.pub, OpTimeout: 10 * time.Second,
+		SoleWriter: e.sole,
 	})
 }
 

@@ -248,7 +248,10 @@ func Serve(ctx context.Context, o ServeOptions, cfgs []*config.Workspace, log *s
 	if err != nil {
 		return err
 	}
-	bo := bus.Options{Store: st, Faults: faults, TopicRetention: o.TopicRetention, Logger: log, AccessLog: access, TokenAttempts: &o.TokenAttempts, TrustedProxies: proxies, Consumers: &o.Consumers}
+	bo := bus.Options{Store: st, Faults: faults, TopicRetention: o.TopicRetention, Logger: log, AccessLog: access, TokenAttempts: &o.TokenAttempts, TrustedProxies: proxies, Consumers: &o.Consumers,
+		// The embedded store's only writer is this process (its data
+		// directory is locked) unless it also serves NATS clients.
+		SoleWriter: ns != nil && o.NATSListen == ""}
 	if tp != nil {
 		bo.TracerProvider = tp
 		logTracingErrors(log)
@@ -318,7 +321,7 @@ func Serve(ctx context.Context, o ServeOptions, cfgs []*config.Workspace, log *s
 	}()
 	go func() { errc <- ops.Serve(opsLn) }()
 	build := buildinfo.Get()
-	log.Info("storybus bus serving", "version", build.Version, "commit", build.Commit, "goVersion", build.GoVersion, "api", apiLn.Addr().String(), "ops", opsLn.Addr().String(), "tls", tlsConfig != nil, "embedded", ns != nil, "sync", o.Sync)
+	log.Info("storybus bus serving", "version", build.Version, "commit", build.Commit, "goVersion", build.GoVersion, "api", apiLn.Addr().String(), "ops", opsLn.Addr().String(), "tls", tlsConfig != nil, "embedded", ns != nil, "soleWriter", bo.SoleWriter, "sync", o.Sync)
 	if ready != nil {
 		ready(apiLn.Addr(), opsLn.Addr())
 	}

@@ -1,0 +1,242 @@
+package publish_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/storybus/storybus/bus/publish"
+	"github.com/storybus/storybus/bus/rules"
+	"github.com/storybus/storybus/bus/som"
+	"github.com/storybus/storybus/bus/store"
+)
+
+func newSoleEnv(t *testing.T) *env {
+	t.Helper()
+	soleCores = true
+	defer func() { soleCores = false }()
+	return newEnv(t)
+}
+
+// TestSoleWriterPassesTheCoreTests runs the single-process core tests on a
+// sole-writer core: its answers are the same.
+func TestSoleWriterPassesTheCoreTests(t *testing.T) {
+	for name, test := range map[string]func(*testing.T){
+		"NewMessageIsPublishedOnce":                 TestNewMessageIsPublishedOnce,
+		"SameContentIsDuplicate":                    TestSameContentIsDuplicate,
+		"OtherContentUnderSameIDIsReused":           TestOtherContentUnderSameIDIsReused,
+		"RecordedButUnpublished":                    TestRecordedButUnpublished,
+		"SupersededSnapshotIsNotPublished":          TestSupersededSnapshotIsNotPublished,
+		"ConcurrentRetriesPublishOnce":              TestConcurrentRetriesPublishOnce,
+		"PublishFailureRemovesRecord":               TestPublishFailureRemovesRecord,
+		"SnapshotRecordsAreProvedByTheStorySubject": TestSnapshotRecordsAreProvedByTheStorySubject,
+		"StoppedAfterPublish":                       TestStoppedAfterPublish,
+		"SnapshotOrder":                             TestSnapshotOrder,
+		"HeadIsReadFromTheStoreAfterRestart":        TestHeadIsReadFromTheStoreAfterRestart,
+	} {
+		t.Run(name, func(t *testing.T) {
+			soleCores = true
+			defer func() { soleCores = false }()
+			test(t)
+		})
+	}
+}
+
+// TestSoleWriterPublishesWithoutTheCompareAndSwap: a sole writer's
+// snapshots carry no compare-and-swap; a shared store's carry one each.
+func TestSoleWriterPublishesWithoutTheCompareAndSwap(t *testing.T) {
+	for _, sole := range []bool{false, true} {
+		t.Run("sole="+strconv.FormatBool(sole), func(t *testing.T) {
+			e := newEnv(t)
+			if sole {
+				e = newSoleEnv(t)
+			}
+			for seq := int64(1); seq <= 3; seq++ {
+				want(t, e.publish(snap{story: "s1", seq: seq}.json()), http.StatusAccepted, "")
+			}
+			want(t, e.publish(snap{story: "s1", seq: 3}.json()), http.StatusConflict, rules.SequenceStale)
+			wantSwaps := int64(3)
+			if sole {
+				wantSwaps = 0
+			}
+			if got := e.pub.swaps.Load(); got != wantSwaps {
+				t.Fatalf("%d publishes carried the compare-and-swap, want %d", got, wantSwaps)
+			}
+		})
+	}
+}
+
+// storyOrder reads the sequence numbers of a story's snapshots, in the
+// topic's order.
+func (e *env) storyOrder(story string) []int64 {
+	e.t.Helper()
+	ctx := context.Background()
+	info, err := e.ws.Stream.Info(ctx)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	subject := store.Subject(e.ws.ID, som.FamilyStoryContext, story)
+	var seqs []int64
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
+		m, err := e.ws.Stream.GetMsg(ctx, seq)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if m.Subject != subject {
+			continue
+		}
+		n, err := strconv.ParseInt(m.Header.Get(publish.HeaderSequence), 10, 64)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		seqs = append(seqs, n)
+	}
+	return seqs
+}
+
+// TestSoleWriterKeepsEveryStoryInOrder: producers racing on the same
+// stories, with no compare-and-swap to stop them, still leave every story
+// in increasing order, and every 202 on the topic once.
+func TestSoleWriterKeepsEveryStoryInOrder(t *testing.T) {
+	e := newSoleEnv(t)
+	const stories, producers, maxSeq = 3, 12, 30
+	var mu sync.Mutex
+	accepted := map[string]int64{} // message_id → sequence number
+	var wg sync.WaitGroup
+	for p := range producers {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(p), 7))
+			for range 25 {
+				story := fmt.Sprintf("s%d", rng.IntN(stories))
+				seq := 1 + rng.Int64N(maxSeq)
+				id := uuid.NewString()
+				out := e.core.Publish(context.Background(), input(t, snap{id: id, story: story, seq: seq}.json()))
+				switch {
+				case out.Status == http.StatusAccepted:
+					mu.Lock()
+					accepted[id] = seq
+					mu.Unlock()
+				case out.Refusal != nil && (out.Refusal.Rule == rules.SequenceStale):
+				default:
+					t.Errorf("unexpected answer %+v", out)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	total := 0
+	for s := range stories {
+		order := e.storyOrder(fmt.Sprintf("s%d", s))
+		for i := 1; i < len(order); i++ {
+			if order[i] <= order[i-1] {
+				t.Fatalf("story s%d out of order on the topic: %v", s, order)
+			}
+		}
+		total += len(order)
+	}
+	if total != len(accepted) {
+		t.Fatalf("the topic holds %d snapshots, %d were answered 202", total, len(accepted))
+	}
+	if swaps := e.pub.swaps.Load(); swaps != 0 {
+		t.Fatalf("%d publishes carried the compare-and-swap", swaps)
+	}
+}
+
+// TestSoleWriterIsUnsureAfterAnUnansweredPublish: a snapshot stored whose
+// acknowledgement was lost leaves the core's head behind the store; the
+// story's next publish carries the compare-and-swap, which finds the
+// stored one, and after one success the story goes without it again.
+func TestSoleWriterIsUnsureAfterAnUnansweredPublish(t *testing.T) {
+	e := newSoleEnv(t)
+	want(t, e.publish(snap{story: "s1", seq: 1}.json()), http.StatusAccepted, "")
+	lost := uuid.NewString()
+	e.pub.around = func(ctx context.Context, m *nats.Msg, publish func() (*jetstream.PubAck, error)) (*jetstream.PubAck, error) {
+		ack, err := publish()
+		if err == nil && m.Header.Get(nats.MsgIdHdr) == lost {
+			return nil, context.DeadlineExceeded // stored, the answer lost
+		}
+		return ack, err
+	}
+	want(t, e.publish(snap{id: lost, story: "s1", seq: 2}.json()), http.StatusServiceUnavailable, rules.BusPublishFailed)
+
+	// Another snapshot numbered 2: the store holds the lost one's 2.
+	swaps := e.pub.swaps.Load()
+	want(t, e.publish(snap{story: "s1", seq: 2}.json()), http.StatusConflict, rules.SequenceStale)
+	if got := e.pub.swaps.Load() - swaps; got == 0 {
+		t.Fatal("the publish after an unanswered one went without the compare-and-swap")
+	}
+	want(t, e.publish(snap{story: "s1", seq: 3}.json()), http.StatusAccepted, "")
+	swaps = e.pub.swaps.Load()
+	want(t, e.publish(snap{story: "s1", seq: 4}.json()), http.StatusAccepted, "")
+	if got := e.pub.swaps.Load() - swaps; got != 0 {
+		t.Fatalf("%d compare-and-swaps after the story was settled again, want 0", got)
+	}
+	if got := e.storyOrder("s1"); fmt.Sprint(got) != "[1 2 3 4]" {
+		t.Fatalf("story on the topic: %v, want [1 2 3 4]", got)
+	}
+}
+
+// TestSoleWriterHoldsAStoryUntilTheStoreAnswers: while a story's publish
+// waits for the store, its next snapshot waits too (and gives up with its
+// request, unpublished); other stories go on.
+func TestSoleWriterHoldsAStoryUntilTheStoreAnswers(t *testing.T) {
+	e := newSoleEnv(t)
+	slow := uuid.NewString()
+	entered, release := make(chan struct{}), make(chan struct{})
+	e.pub.around = func(ctx context.Context, m *nats.Msg, publish func() (*jetstream.PubAck, error)) (*jetstream.PubAck, error) {
+		if m.Header.Get(nats.MsgIdHdr) == slow {
+			close(entered)
+			<-release
+		}
+		return publish()
+	}
+	done := make(chan publish.Outcome, 1)
+	go func() {
+		done <- e.core.Publish(context.Background(), input(t, snap{id: slow, story: "s1", seq: 1}.json()))
+	}()
+	<-entered
+
+	waiting := uuid.NewString()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	out := e.core.Publish(ctx, input(t, snap{id: waiting, story: "s1", seq: 2}.json()))
+	cancel()
+	want(t, out, http.StatusServiceUnavailable, rules.BusPublishFailed)
+	if e.recordExists(waiting) {
+		t.Fatal("the snapshot that gave up waiting left a record")
+	}
+	// Stories share a fixed set of locks: of three others, at most one
+	// can share s1's but for a chance of about one in ten million.
+	others := make(chan publish.Outcome, 3)
+	for _, story := range []string{"s2", "s3", "s4"} {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			others <- e.core.Publish(ctx, input(t, snap{story: story, seq: 1}.json()))
+		}()
+	}
+	accepted := 0
+	for range 3 {
+		if out := <-others; out.Status == http.StatusAccepted {
+			accepted++
+		}
+	}
+	if accepted < 2 {
+		t.Fatalf("%d of 3 other stories published while s1 waited, want at least 2", accepted)
+	}
+
+	close(release)
+	want(t, <-done, http.StatusAccepted, "")
+	want(t, e.publish(snap{id: waiting, story: "s1", seq: 2}.json()), http.StatusAccepted, "")
+	if got := e.storyOrder("s1"); fmt.Sprint(got) != "[1 2]" {
+		t.Fatalf("story on the topic: %v, want [1 2]", got)
+	}
+}

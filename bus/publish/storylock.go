@@ -1,0 +1,38 @@
+package publish
+
+import (
+	"context"
+	"hash/maphash"
+)
+
+// storyLockCount is how many locks a sole writer's stories share: enough
+// that two busy stories rarely wait for each other.
+const storyLockCount = 4096
+
+// storyLocks serialises the snapshots of each story in a sole-writer Core.
+// A story hashes to one of a fixed set of locks, each a channel of one
+// slot, so that waiting for one ends with the request's context.
+type storyLocks struct {
+	seed  maphash.Seed
+	slots [storyLockCount]chan struct{}
+}
+
+func newStoryLocks() *storyLocks {
+	l := &storyLocks{seed: maphash.MakeSeed()}
+	for i := range l.slots {
+		l.slots[i] = make(chan struct{}, 1)
+	}
+	return l
+}
+
+// lock waits until the story's lock is free or ctx is done, and returns
+// its release.
+func (l *storyLocks) lock(ctx context.Context, story string) (release func(), err error) {
+	slot := l.slots[maphash.String(l.seed, story)%storyLockCount]
+	select {
+	case slot <- struct{}{}:
+		return func() { <-slot }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
