@@ -369,15 +369,17 @@ func (v *violation) toRule() *rules.Violation {
 // Gate decides stages 4 and 5 and returns the limits of stage 6.
 func (e *Engine) Gate(ctx context.Context, in GateInput) (GateResult, error) {
 	c := e.compiled.Load()
-	req := map[string]any{"client_ip": in.ClientIP, "media_type": in.MediaType, "json_depth": in.JSONDepth}
 	key := ""
-	if len(c.cfg.Firewall.BlockedPatterns) > 0 {
-		req["body"] = string(in.Body)
-	} else {
+	blocking := len(c.cfg.Firewall.BlockedPatterns) > 0
+	if !blocking {
 		key = memoKey(in.Connection, strconv.FormatBool(in.IAM), in.ClientIP, in.MediaType, strconv.Itoa(in.JSONDepth))
 		if r, ok := c.gateMemo.Get(key); ok {
 			return r, nil
 		}
+	}
+	req := map[string]any{"client_ip": in.ClientIP, "media_type": in.MediaType, "json_depth": in.JSONDepth}
+	if blocking {
+		req["body"] = string(in.Body)
 	}
 	r, err := e.gate(ctx, c, in, req)
 	if err == nil && key != "" {

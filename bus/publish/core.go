@@ -323,7 +323,7 @@ func (c *Core) Publish(ctx context.Context, in Input) Outcome {
 		snapshot: msg.Family == som.FamilyStoryContext, // the only family with story heads
 	}
 	if a.snapshot && c.sole {
-		release, err := c.stories.lock(ctx, msg.StoryID)
+		held, err := c.stories.lock(ctx, msg.StoryID)
 		if err != nil {
 			return a.retryLater(rules.BusPublishFailed, "another snapshot of this story is still waiting for the store; the message was not published; retry with the same message_id and body", time.Second)
 		}
@@ -331,7 +331,7 @@ func (c *Core) Publish(ctx context.Context, in Input) Outcome {
 			if a.sent && !a.settled {
 				c.unsure.Store(msg.StoryID, struct{}{})
 			}
-			release()
+			held.release()
 		}()
 	}
 	return a.run(ctx)

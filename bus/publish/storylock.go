@@ -26,13 +26,18 @@ func newStoryLocks() *storyLocks {
 }
 
 // lock waits until the story's lock is free or ctx is done, and returns
-// its release.
-func (l *storyLocks) lock(ctx context.Context, story string) (release func(), err error) {
+// the lock to release (storyLock.release).
+func (l *storyLocks) lock(ctx context.Context, story string) (storyLock, error) {
 	slot := l.slots[maphash.String(l.seed, story)%storyLockCount]
 	select {
 	case slot <- struct{}{}:
-		return func() { <-slot }, nil
+		return storyLock(slot), nil
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
 }
+
+// storyLock is a held lock of storyLocks.
+type storyLock chan struct{}
+
+func (l storyLock) release() { <-l }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // MaxDepth is the deepest nesting of objects and arrays Parse accepts; the
@@ -40,9 +41,10 @@ func (e *ParseError) Error() string {
 //
 // Numbers are decoded as json.Number, keeping the producer's text. The typed
 // fields of the Message are filled best-effort (see Message). Parse keeps
-// body as Message.Raw without copying it.
+// body as Message.Raw, and the strings of Message.Doc share its memory:
+// the caller must not change body after Parse.
 func Parse(body []byte) (*Message, error) {
-	p := parser{data: body, src: string(body), path: make([]frame, 0, 8)}
+	p := parser{data: body, src: unsafe.String(unsafe.SliceData(body), len(body)), path: make([]frame, 0, 8)}
 	p.skipSpace()
 	if p.pos == len(p.data) {
 		return nil, &ParseError{Msg: "the body is empty: send one JSON object"}
@@ -133,10 +135,10 @@ func integer(n json.Number) int64 {
 // MaxDepth, and every index is checked, so no input can make it panic.
 type parser struct {
 	data []byte
-	// src is data as one string, made once: a string without escapes is a
-	// slice of it rather than an allocation of its own, and so is the text
-	// of a number. It costs one copy of the body and keeps that copy alive
-	// as long as any string of Doc is.
+	// src is data as a string, without a copy (Parse's caller keeps data
+	// unchanged): a string without escapes is a slice of it rather than an
+	// allocation of its own, and so is the text of a number. It keeps the
+	// body alive as long as any string of Doc is.
 	src   string
 	pos   int
 	depth int
