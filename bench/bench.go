@@ -16,7 +16,8 @@
 //   - three-write: the naive idempotent publish, a record create, a publish
 //     and a record update in sequence per message.
 //
-// Run runs them in that order (in rounds when asked, each on fresh streams),
+// Run runs them in that order (in rounds when asked, each on fresh streams,
+// the order reversed in every second round),
 // at each level of concurrency asked for, and returns a Report with
 // messages per second, latency percentiles, errors and the ratios. With
 // Options.Remote it drives a running bus instead, the bus phase alone, so
@@ -197,7 +198,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		level := Level{Producers: producers}
 		for r := 1; r <= o.Rounds; r++ {
 			round := Round{Round: r}
-			for _, name := range o.phases() {
+			for _, name := range o.roundPhases(r) {
 				ph, err := s.runPhase(ctx, name, producers, r)
 				if err != nil {
 					return nil, fmt.Errorf("%d producers, round %d, %s: %w", producers, r, name, err)
@@ -234,6 +235,18 @@ func (o Options) phases() []PhaseName {
 		}
 	}
 	return out
+}
+
+// roundPhases returns the phases of round r in the order it runs them:
+// Phases' order in odd rounds, the reverse in even ones, so that a machine
+// growing busier or quieter during a run favours no phase in the median.
+func (o Options) roundPhases(r int) []PhaseName {
+	phases := o.phases()
+	if r%2 == 0 {
+		phases = slices.Clone(phases)
+		slices.Reverse(phases)
+	}
+	return phases
 }
 
 // phaseList returns the phases' names separated by commas.

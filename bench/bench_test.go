@@ -7,6 +7,7 @@ import (
 	"math"
 	"net/http"
 	"runtime"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -208,5 +209,22 @@ func benchmarkPhase(b *testing.B, name PhaseName) {
 	}
 	if n, err := t.streamMessages(b.Context()); err != nil || n != uint64(b.N) {
 		b.Errorf("the stream holds %d messages (%v); want %d", n, err, b.N)
+	}
+}
+
+func TestRoundsAlternateThePhaseOrder(t *testing.T) {
+	o := Options{Phases: []PhaseName{PhaseRelayTwoWrite, PhaseBus, PhaseRaw}}
+	want := map[int][]PhaseName{
+		1: {PhaseBus, PhaseRelayTwoWrite, PhaseRaw},
+		2: {PhaseRaw, PhaseRelayTwoWrite, PhaseBus},
+		3: {PhaseBus, PhaseRelayTwoWrite, PhaseRaw},
+	}
+	for r, phases := range want {
+		if got := o.roundPhases(r); !slices.Equal(got, phases) {
+			t.Errorf("round %d runs %v, want %v", r, got, phases)
+		}
+	}
+	if got := o.phases(); !slices.Equal(got, want[1]) {
+		t.Errorf("a second round changed the phases' own order: %v", got)
 	}
 }

@@ -1,6 +1,7 @@
 package bus
 
 import (
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,7 +24,20 @@ type Metrics struct {
 	acked     *prometheus.CounterVec
 	// collectors are those NewMetrics registers.
 	collectors []prometheus.Collector
+	// answers and stores keep the series of requests and store operations
+	// by their labels (answerLabels, storeLabels): a publish looks its
+	// series up in a map instead of hashing their labels every time.
+	answers, stores sync.Map
 }
+
+type answerLabels struct{ workspace, status, rule string }
+
+type answerSeries struct {
+	requests prometheus.Counter
+	latency  prometheus.Observer
+}
+
+type storeLabels struct{ workspace, op string }
 
 // NewMetrics registers the bus's metrics, with storybus_build_info and the
 // Go and process collectors, on a fresh registry. A Metrics serves one
@@ -85,8 +99,17 @@ func (m *Metrics) DescribeAll(ch chan<- *prometheus.Desc) {
 }
 
 func (m *Metrics) observeRequest(workspace, status, rule string, d time.Duration) {
-	m.requests.WithLabelValues(workspace, status, rule).Inc()
-	m.latency.WithLabelValues(workspace, status).Observe(d.Seconds())
+	key := answerLabels{workspace, status, rule}
+	v, ok := m.answers.Load(key)
+	if !ok {
+		v, _ = m.answers.LoadOrStore(key, answerSeries{
+			requests: m.requests.WithLabelValues(workspace, status, rule),
+			latency:  m.latency.WithLabelValues(workspace, status),
+		})
+	}
+	series := v.(answerSeries)
+	series.requests.Inc()
+	series.latency.Observe(d.Seconds())
 }
 
 func (m *Metrics) observeAPI(route string) func(workspace, status, rule string, d time.Duration) {
@@ -97,6 +120,11 @@ func (m *Metrics) observeAPI(route string) func(workspace, status, rule string, 
 
 func (m *Metrics) storeObserver(workspace string) func(string, time.Duration) {
 	return func(op string, d time.Duration) {
-		m.storeOps.WithLabelValues(workspace, op).Observe(d.Seconds())
+		key := storeLabels{workspace, op}
+		v, ok := m.stores.Load(key)
+		if !ok {
+			v, _ = m.stores.LoadOrStore(key, m.storeOps.WithLabelValues(workspace, op))
+		}
+		v.(prometheus.Observer).Observe(d.Seconds())
 	}
 }

@@ -159,7 +159,9 @@ type Options struct {
 	Faults Faults
 	// Publisher publishes to the topic; default the store's JetStream.
 	Publisher Publisher
-	// OpTimeout bounds every store operation; default 5s.
+	// OpTimeout bounds the store operations of one publish, together, up
+	// to its answer (one deadline, not one timer per operation), and each
+	// store operation after it; default 5s.
 	OpTimeout time.Duration
 	// HeadCacheSize bounds the story heads kept in memory, the least
 	// recently used forgotten first; default 100,000.
@@ -334,6 +336,8 @@ func (c *Core) Publish(ctx context.Context, in Input) Outcome {
 			held.release()
 		}()
 	}
+	ctx, cancel := context.WithTimeout(ctx, c.opTimeout)
+	defer cancel()
 	return a.run(ctx)
 }
 
@@ -366,9 +370,7 @@ func (a *attempt) run(ctx context.Context) Outcome {
 	}
 
 	t0 := time.Now()
-	cctx, cancel := context.WithTimeout(ctx, a.c.opTimeout)
-	rev, err := a.c.ws.Records.Create(cctx, a.key, a.recordValue())
-	cancel()
+	rev, err := a.c.ws.Records.Create(ctx, a.key, a.recordValue())
 	a.c.observe("record_create", time.Since(t0))
 	if errors.Is(err, jetstream.ErrKeyExists) {
 		entry, err := a.c.getRecord(ctx, a.key)
@@ -560,10 +562,8 @@ func (a *attempt) publish(ctx context.Context) (*jetstream.PubAck, error) {
 		m.Header[jetstream.ExpectedLastSubjSeqHeader] = []string{strconv.FormatUint(a.head.SubjectSeq, 10)}
 	}
 	t0 := time.Now()
-	cctx, cancel := context.WithTimeout(ctx, a.c.opTimeout)
-	defer cancel()
 	a.sent = true
-	ack, err := a.c.pub.PublishMsg(cctx, m)
+	ack, err := a.c.pub.PublishMsg(ctx, m)
 	a.c.observe("publish", time.Since(t0))
 	return ack, err
 }
