@@ -198,12 +198,13 @@ func (s *Server) Apply(ctx context.Context, cfg *config.Workspace) error {
 		sw = sw.Traced(s.opts.TracerProvider)
 	}
 	ws := &workspace{id: cfg.ID, policy: engine, core: publish.New(sw, s.opts.Store.JS, publish.Options{
-		StoreClock: s.opts.StoreClock,
-		Faults:     s.opts.Faults,
-		Publisher:  pub,
-		Logger:     s.log,
-		Observe:    s.metrics.storeObserver(cfg.ID),
-		SoleWriter: s.opts.SoleWriter,
+		StoreClock:     s.opts.StoreClock,
+		Faults:         s.opts.Faults,
+		Publisher:      pub,
+		Logger:         s.log,
+		Observe:        s.metrics.storeObserver(cfg.ID),
+		SoleWriter:     s.opts.SoleWriter,
+		TopicRetention: s.opts.TopicRetention,
 	})}
 	// A crash may have left published messages without their records:
 	// they are rebuilt from the topic before the first publish.

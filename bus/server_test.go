@@ -67,14 +67,16 @@ func workspaceConfig(id string) *config.Workspace {
 	return w
 }
 
-func newHarness(t testing.TB) *harness {
+// newHarness serves the workspaces newsroom and other on a fresh embedded
+// store; options, when given, change the server's options first.
+func newHarness(t testing.TB, options ...func(*bus.Options)) *harness {
 	t.Helper()
 	ns, st := storetest.Embedded(t)
 	h := &harness{ns: ns, clock: &fakeClock{}}
 	if tt, ok := t.(*testing.T); ok {
 		h.t = tt
 	}
-	h.srv = bus.New(bus.Options{
+	o := bus.Options{
 		Store: st, Clock: h.clock, StoreClock: h.clock, RequestTimeout: 5 * time.Second,
 		Faults: func(ctx context.Context, p publish.FaultPoint, id string) error {
 			if f := h.faults.Load(); f != nil {
@@ -82,7 +84,11 @@ func newHarness(t testing.TB) *harness {
 			}
 			return nil
 		},
-	})
+	}
+	for _, option := range options {
+		option(&o)
+	}
+	h.srv = bus.New(o)
 	for _, id := range []string{"newsroom", "other"} {
 		if err := h.srv.Apply(context.Background(), workspaceConfig(id)); err != nil {
 			t.Fatal(err)

@@ -5,9 +5,11 @@
 // without publishing twice (SPEC §5, the "Retries and idempotency" page).
 //
 // Every write that decides who owns a record or a story head is a
-// compare-and-swap on JetStream. A story's head is the last message on its
+// compare-and-swap on JetStream, or, for a sole writer's snapshots,
+// serialised in the process. A story's head is the last message on its
 // subject in the topic stream, so a snapshot is published with an expected
-// last subject sequence and no separate head record is written. Marking a
+// last subject sequence (unless the sole writer knows the head) and no
+// separate head record is written. Marking a
 // record published does not delay the answer: once the topic acknowledged
 // the message it is published, and a lost mark is covered by the 30 s lease
 // and the topic's duplicate window.
@@ -173,13 +175,17 @@ type Options struct {
 	// SoleWriter says that this Core is the only writer of its workspace's
 	// topic: its process owns an embedded store that serves no NATS
 	// clients, and makes one Core per workspace. A story's snapshots are
-	// then decided and published one at a time in the process, over the
-	// head the Core holds, without the store's compare-and-swap (which
-	// reads the story's last message, often a block from disk for a story
-	// not written lately). A story whose head the Core cannot be sure of,
-	// because a publish of it failed or went unanswered, is published with
-	// the compare-and-swap until one succeeds.
+	// then decided and published one at a time in the process, and over a
+	// head the Core learnt from its own acknowledgement without the store's
+	// compare-and-swap (which reads the story's last message, often a block
+	// from disk for a story not written lately). A head read from the
+	// store, one acknowledged more than half the topic's retention ago, and
+	// a story whose publish failed or went unanswered (its head is
+	// forgotten) take the compare-and-swap.
 	SoleWriter bool
+	// TopicRetention is how long the topic keeps messages (0: until the
+	// store's limits); a sole writer's heads age out over it.
+	TopicRetention time.Duration
 }
 
 // Core is the publish core of one workspace.
@@ -194,11 +200,10 @@ type Core struct {
 	heads     *headCache
 
 	// sole is Options.SoleWriter; stories then serialises a story's
-	// snapshots, and unsure holds the stories published with the
-	// compare-and-swap until one succeeds.
-	sole    bool
-	stories *storyLocks
-	unsure  sync.Map
+	// snapshots. retention is the topic's, over which heads age out.
+	sole      bool
+	stories   *storyLocks
+	retention time.Duration
 	// marking holds the keys of messages this process published whose
 	// record is not yet marked: a retry of one of them is a duplicate.
 	marking sync.Map
@@ -219,6 +224,7 @@ func New(ws *store.Workspace, js jetstream.JetStream, o Options) *Core {
 	}
 	if c.sole {
 		c.stories = newStoryLocks()
+		c.retention = o.TopicRetention
 	}
 	if c.pub == nil {
 		c.pub = js
@@ -299,8 +305,8 @@ type attempt struct {
 	seqWarn  []rules.Violation
 	// sent says a publish of this attempt reached the connection, and
 	// settled that its acknowledgement made the cached head this
-	// attempt's: a sole writer is unsure of a story sent to and not
-	// settled.
+	// attempt's: a sole writer forgets the head of a story sent to and
+	// not settled, which may hold a message its cache does not.
 	sent, settled bool
 	// cas says the last publish carried the compare-and-swap.
 	cas bool
@@ -325,13 +331,14 @@ func (c *Core) Publish(ctx context.Context, in Input) Outcome {
 		snapshot: msg.Family == som.FamilyStoryContext, // the only family with story heads
 	}
 	if a.snapshot && c.sole {
-		held, err := c.stories.lock(ctx, msg.StoryID)
+		// The wait leaves the store operations their whole deadline.
+		held, err := c.stories.lock(ctx, msg.StoryID, c.opTimeout)
 		if err != nil {
-			return a.retryLater(rules.BusPublishFailed, "another snapshot of this story is still waiting for the store; the message was not published; retry with the same message_id and body", time.Second)
+			return a.retryLater(rules.BusPublishFailed, "the story is busy with another snapshot waiting for the store; the message was not published; retry with the same message_id and body", time.Second)
 		}
 		defer func() {
 			if a.sent && !a.settled {
-				c.unsure.Store(msg.StoryID, struct{}{})
+				c.heads.forget(msg.StoryID)
 			}
 			held.release()
 		}()
@@ -557,7 +564,7 @@ func (a *attempt) publish(ctx context.Context) (*jetstream.PubAck, error) {
 	}
 	// The compare-and-swap on the story head: a sole writer's head is the
 	// store's, unless a publish of the story went wrong.
-	a.cas = a.snapshot && !a.c.soleHead(a.msg.StoryID)
+	a.cas = a.snapshot && !a.c.soleHead(a.head)
 	if a.cas {
 		m.Header[jetstream.ExpectedLastSubjSeqHeader] = []string{strconv.FormatUint(a.head.SubjectSeq, 10)}
 	}
@@ -581,22 +588,21 @@ func (a *attempt) published(ack *jetstream.PubAck) {
 		a.c.heads.put(a.msg.StoryID, Head{
 			Exists: true, SubjectSeq: ack.Sequence, SequenceNumber: a.msg.SequenceNumber,
 			State: a.msg.State, Owner: a.decision.Owner, MessageID: a.msg.MessageID,
+			acked: time.Now(),
 		})
 		a.settled = true
-		if a.cas && a.c.sole {
-			a.c.unsure.Delete(a.msg.StoryID)
-		}
 	}
 }
 
-// soleHead reports whether the story's head is this sole writer's to
-// publish over without the store's compare-and-swap.
-func (c *Core) soleHead(story string) bool {
-	if !c.sole {
+// soleHead reports whether h is a head this sole writer may publish over
+// without the store's compare-and-swap: one it learnt from its own
+// acknowledgement, not so long ago that the topic's retention may have
+// dropped the message since. Any other head is confirmed by the store.
+func (c *Core) soleHead(h Head) bool {
+	if !c.sole || h.acked.IsZero() {
 		return false
 	}
-	_, unsure := c.unsure.Load(story)
-	return !unsure
+	return c.retention <= 0 || time.Since(h.acked) < c.retention/2
 }
 
 // publishFailed handles a failed publish. A definite failure (the store

@@ -47,6 +47,10 @@ type Head struct {
 	// read from the store; zero for a head this process learnt from its
 	// own publish's acknowledgement.
 	Time time.Time
+	// acked is when this process learnt the head from its own publish's
+	// acknowledgement, on its own clock (a sole writer's trust in it ages
+	// with the topic's retention); zero for a head read from the store.
+	acked time.Time
 }
 
 // CheckSequence applies SOM's snapshot-order rules to a snapshot with
@@ -87,9 +91,9 @@ func headFromMsg(m *jetstream.RawStreamMsg) Head {
 // again from the store on demand). A cached head can only be behind the
 // store (sequence numbers only grow), so a refusal from it is always right
 // and an acceptance is confirmed by the publish's compare-and-swap on the
-// story subject. A sole writer's cached head is the store's (its own
-// publishes are the story's only ones, one at a time), except for a story
-// it is unsure of, which keeps the compare-and-swap.
+// story subject. A sole writer's head from its own acknowledgement is the
+// store's (its own publishes are the story's only ones, one at a time), so
+// it publishes over it without the compare-and-swap (Core.soleHead).
 type headCache struct {
 	mu    sync.Mutex // makes put's compare and add one step
 	heads *lru.Cache[string, Head]
@@ -104,6 +108,9 @@ func newHeadCache(size int) *headCache {
 }
 
 func (c *headCache) get(story string) (Head, bool) { return c.heads.Get(story) }
+
+// forget drops the story's head: the next attempt reads it from the store.
+func (c *headCache) forget(story string) { c.heads.Remove(story) }
 
 // put stores h unless the cache already holds a later head.
 func (c *headCache) put(story string, h Head) {
@@ -133,10 +140,10 @@ func (c *Core) readHead(ctx context.Context, subject string) (Head, error) {
 // story subject, and returns the story's current head. Sequence numbers grow
 // along a story subject, so a published snapshot is the head, or lies
 // before the first message with a larger sequence number. Its record names
-// the head its publication followed (after): the publish's compare-and-swap
-// put it directly after that head, so the first message on the subject
-// past after is the snapshot if it was published at all. Two reads, however
-// long the story.
+// the head its publication followed (after): the publish's compare-and-swap,
+// or the sole writer's serialising, put it directly after that head, so the
+// first message on the subject past after is the snapshot if it was
+// published at all. Two reads, however long the story.
 func (c *Core) snapshotPublished(ctx context.Context, subject string, msg *som.Message, after *uint64) (bool, Head, error) {
 	head, err := c.readHead(ctx, subject)
 	if err != nil {

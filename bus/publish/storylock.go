@@ -3,6 +3,7 @@ package publish
 import (
 	"context"
 	"hash/maphash"
+	"time"
 )
 
 // storyLockCount is how many locks a sole writer's stories share: enough
@@ -25,10 +26,21 @@ func newStoryLocks() *storyLocks {
 	return l
 }
 
-// lock waits until the story's lock is free or ctx is done, and returns
-// the lock to release (storyLock.release).
-func (l *storyLocks) lock(ctx context.Context, story string) (storyLock, error) {
+// lock waits until the story's lock is free, and returns it to release
+// (storyLock.release). It stops waiting when less than reserve is left
+// before ctx's deadline, or when ctx is done.
+func (l *storyLocks) lock(ctx context.Context, story string, reserve time.Duration) (storyLock, error) {
 	slot := l.slots[maphash.String(l.seed, story)%storyLockCount]
+	select {
+	case slot <- struct{}{}:
+		return storyLock(slot), nil
+	default:
+	}
+	if deadline, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, deadline.Add(-reserve))
+		defer cancel()
+	}
 	select {
 	case slot <- struct{}{}:
 		return storyLock(slot), nil

@@ -106,7 +106,7 @@ func (m *Message) fill() {
 }
 
 // own returns v when it is a string, "" otherwise, in memory of its own.
-// The strings of Doc are slices of one copy of the body (see parser.src); a
+// The strings of Doc are slices of the body (see parser.src); a
 // typed field kept in a cache after the message is gone, as a story id is,
 // must not keep the whole body alive with it. The values SOM defines are
 // shared already and need no copy.

@@ -61,8 +61,8 @@ type Message struct {
 	// modify it afterwards.
 	Raw []byte
 	// Doc is the decoded top-level object; numbers are json.Number. Its
-	// strings share one copy of the body, which stays in memory while any
-	// of them is kept; the typed fields below are copies of their own.
+	// strings share Raw's memory, which stays in memory while any of them
+	// is kept; the typed fields below are copies of their own.
 	Doc map[string]any
 
 	// MessageID is the envelope's message_id.
