@@ -184,7 +184,8 @@ type Options struct {
 	// forgotten) take the compare-and-swap.
 	SoleWriter bool
 	// TopicRetention is how long the topic keeps messages (0: until the
-	// store's limits); a sole writer's heads age out over it.
+	// store's limits). A cached head whose message is older than half of
+	// it is read again from the store, since the topic may have dropped it.
 	TopicRetention time.Duration
 }
 
@@ -200,7 +201,7 @@ type Core struct {
 	heads     *headCache
 
 	// sole is Options.SoleWriter; stories then serialises a story's
-	// snapshots. retention is the topic's, over which heads age out.
+	// snapshots. retention is the topic's, over which cached heads age.
 	sole      bool
 	stories   *storyLocks
 	retention time.Duration
@@ -221,10 +222,10 @@ func New(ws *store.Workspace, js jetstream.JetStream, o Options) *Core {
 		log:       o.Logger,
 		observe:   o.Observe,
 		sole:      o.SoleWriter,
+		retention: o.TopicRetention,
 	}
 	if c.sole {
 		c.stories = newStoryLocks()
-		c.retention = o.TopicRetention
 	}
 	if c.pub == nil {
 		c.pub = js
@@ -354,14 +355,16 @@ func (a *attempt) run(ctx context.Context) Outcome {
 	// the message_id decides before any refusal.
 	if a.snapshot {
 		h, ok := a.c.heads.get(a.msg.StoryID)
-		if !ok {
-			// A story this process does not know is read from the store,
-			// so that the record names the head its publication follows.
+		if !ok || a.c.aged(h) {
+			// A story this process does not know, or whose cached head
+			// the topic's retention may have dropped, is read from the
+			// store, so that the record names the head its publication
+			// follows.
 			var err error
 			if h, err = a.c.readHead(ctx, a.subject); err != nil {
 				return a.c.unavailable(ctx, err, "read story head")
 			}
-			a.c.heads.put(a.msg.StoryID, h)
+			a.c.heads.replace(a.msg.StoryID, h)
 		}
 		a.head = h
 	}
@@ -477,7 +480,7 @@ func (a *attempt) commit(ctx context.Context, republish bool) Outcome {
 		if rerr != nil {
 			return a.c.unavailable(ctx, rerr, "read story head")
 		}
-		a.c.heads.put(a.msg.StoryID, fresh)
+		a.c.heads.replace(a.msg.StoryID, fresh)
 		if republish {
 			if out, done := a.supersededBy(ctx, fresh); done {
 				return out
@@ -562,8 +565,8 @@ func (a *attempt) publish(ctx context.Context) (*jetstream.PubAck, error) {
 	for i := range n {
 		m.Header[keys[i]] = values[i : i+1 : i+1]
 	}
-	// The compare-and-swap on the story head: a sole writer's head is the
-	// store's, unless a publish of the story went wrong.
+	// The compare-and-swap on the story head, unless a sole writer learnt
+	// the head from its own acknowledgement (soleHead).
 	a.cas = a.snapshot && !a.c.soleHead(a.head)
 	if a.cas {
 		m.Header[jetstream.ExpectedLastSubjSeqHeader] = []string{strconv.FormatUint(a.head.SubjectSeq, 10)}
@@ -588,7 +591,7 @@ func (a *attempt) published(ack *jetstream.PubAck) {
 		a.c.heads.put(a.msg.StoryID, Head{
 			Exists: true, SubjectSeq: ack.Sequence, SequenceNumber: a.msg.SequenceNumber,
 			State: a.msg.State, Owner: a.decision.Owner, MessageID: a.msg.MessageID,
-			acked: time.Now(),
+			acked: time.Now().Round(0), // the wall clock, as the store's retention
 		})
 		a.settled = true
 	}
@@ -599,10 +602,13 @@ func (a *attempt) published(ack *jetstream.PubAck) {
 // acknowledgement, not so long ago that the topic's retention may have
 // dropped the message since. Any other head is confirmed by the store.
 func (c *Core) soleHead(h Head) bool {
-	if !c.sole || h.acked.IsZero() {
-		return false
-	}
-	return c.retention <= 0 || time.Since(h.acked) < c.retention/2
+	return c.sole && !h.acked.IsZero() && !c.aged(h)
+}
+
+// aged reports whether h's message is older than half the topic's
+// retention: the topic may drop it before the cache would notice.
+func (c *Core) aged(h Head) bool {
+	return c.retention > 0 && h.Exists && time.Since(h.written()) >= c.retention/2
 }
 
 // publishFailed handles a failed publish. A definite failure (the store

@@ -48,9 +48,18 @@ type Head struct {
 	// own publish's acknowledgement.
 	Time time.Time
 	// acked is when this process learnt the head from its own publish's
-	// acknowledgement, on its own clock (a sole writer's trust in it ages
-	// with the topic's retention); zero for a head read from the store.
+	// acknowledgement, on its wall clock; zero for a head read from the
+	// store.
 	acked time.Time
+}
+
+// written is when the head's message was written: the store's timestamp,
+// or for a head from an acknowledgement the moment it arrived.
+func (h Head) written() time.Time {
+	if !h.acked.IsZero() {
+		return h.acked
+	}
+	return h.Time
 }
 
 // CheckSequence applies SOM's snapshot-order rules to a snapshot with
@@ -89,11 +98,13 @@ func headFromMsg(m *jetstream.RawStreamMsg) Head {
 // headCache remembers the story heads this process has seen, the least
 // recently used forgotten first when it is full (a forgotten head is read
 // again from the store on demand). A cached head can only be behind the
-// store (sequence numbers only grow), so a refusal from it is always right
-// and an acceptance is confirmed by the publish's compare-and-swap on the
-// story subject. A sole writer's head from its own acknowledgement is the
-// store's (its own publishes are the story's only ones, one at a time), so
-// it publishes over it without the compare-and-swap (Core.soleHead).
+// store (sequence numbers only grow), so a refusal from it is right and an
+// acceptance is confirmed by the publish's compare-and-swap on the story
+// subject; but for a head whose message the topic's retention may have
+// dropped, which is read again (Core.aged). A sole writer's head from its
+// own acknowledgement is the store's (its own publishes are the story's
+// only ones, one at a time), so it publishes over it without the
+// compare-and-swap (Core.soleHead).
 type headCache struct {
 	mu    sync.Mutex // makes put's compare and add one step
 	heads *lru.Cache[string, Head]
@@ -112,7 +123,17 @@ func (c *headCache) get(story string) (Head, bool) { return c.heads.Get(story) }
 // forget drops the story's head: the next attempt reads it from the store.
 func (c *headCache) forget(story string) { c.heads.Remove(story) }
 
-// put stores h unless the cache already holds a later head.
+// replace stores h, a head just read from the store, whatever the cache
+// held.
+func (c *headCache) replace(story string, h Head) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.heads.Add(story, h)
+}
+
+// put stores h unless the cache already holds a later head (of equal
+// sequence, h wins: a head read again replaces one from an
+// acknowledgement, which then takes one compare-and-swap more).
 func (c *headCache) put(story string, h Head) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

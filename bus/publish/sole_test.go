@@ -211,31 +211,42 @@ func TestSoleWriterForgetsTheHeadAfterAnUnansweredPublish(t *testing.T) {
 	}
 }
 
-// TestSoleWriterConfirmsAHeadTheTopicMayHaveDropped: with a topic
-// retention, a head the core acknowledged more than half of it ago is
-// confirmed by the store: a story whose messages aged out counts as new,
-// as on a shared store.
-func TestSoleWriterConfirmsAHeadTheTopicMayHaveDropped(t *testing.T) {
+// TestAHeadTheTopicMayHaveDroppedIsReadAgain: with a topic retention, a
+// cached head whose message is older than half of it is read again: a
+// story whose messages aged out counts as new (order and owner start
+// over), and a sole writer confirms its publish with the compare-and-swap.
+func TestAHeadTheTopicMayHaveDroppedIsReadAgain(t *testing.T) {
 	const retention = 2 * time.Second
-	e := newSoleEnv(t)
-	ws := e.ws
-	e.core = publish.New(ws, e.st.JS, publish.Options{StoreClock: e.clock, Publisher: e.pub, SoleWriter: true, TopicRetention: retention})
-	want(t, e.publish(snap{story: "s1", seq: 5, system: "cms"}.json()), http.StatusAccepted, "")
-	want(t, e.publish(snap{story: "s1", seq: 6, system: "cms"}.json()), http.StatusAccepted, "")
-	time.Sleep(retention / 2) // the head the core acknowledged is now too old to trust
+	for _, sole := range []bool{false, true} {
+		t.Run("sole="+strconv.FormatBool(sole), func(t *testing.T) {
+			e := newEnv(t)
+			e.core = publish.New(e.ws, e.st.JS, publish.Options{StoreClock: e.clock, Publisher: e.pub, SoleWriter: sole, TopicRetention: retention})
+			want(t, e.publish(snap{story: "s1", seq: 5, system: "cms"}.json()), http.StatusAccepted, "")
+			want(t, e.publish(snap{story: "s1", seq: 6, system: "cms"}.json()), http.StatusAccepted, "")
+			time.Sleep(retention / 2) // the cached head is now old enough to have gone
 
-	// The story's messages leave the topic, as retention removes them.
-	if err := ws.Stream.Purge(context.Background(), jetstream.WithPurgeSubject(store.Subject(ws.ID, som.FamilyStoryContext, "s1"))); err != nil {
-		t.Fatal(err)
-	}
-	swaps := e.pub.swaps.Load()
-	out := e.core.Publish(context.Background(), input(t, snap{story: "s1", seq: 7, system: "wire"}.json()))
-	want(t, out, http.StatusAccepted, "")
-	if got := ruleIDs(out); fmt.Sprint(got) != "["+rules.SequenceStart+"]" {
-		t.Fatalf("tolerated %v: the story should count as new", got)
-	}
-	if got := e.pub.swaps.Load() - swaps; got == 0 {
-		t.Fatal("the publish over an old head went without the compare-and-swap")
+			// The story's messages leave the topic, as retention removes them.
+			subject := store.Subject(e.ws.ID, som.FamilyStoryContext, "s1")
+			if err := e.ws.Stream.Purge(context.Background(), jetstream.WithPurgeSubject(subject)); err != nil {
+				t.Fatal(err)
+			}
+			swaps := e.pub.swaps.Load()
+			out := e.publish(snap{story: "s1", seq: 1, system: "wire"}.json())
+			want(t, out, http.StatusAccepted, "")
+			if len(out.Tolerated) != 0 {
+				t.Fatalf("tolerated %v: the story should count as new", ruleIDs(out))
+			}
+			last, err := e.ws.Stream.GetLastMsgForSubject(context.Background(), subject)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if owner := last.Header.Get(publish.HeaderOwner); owner != "wire" {
+				t.Fatalf("the story's owner is %q, want wire: the old owner outlived the story", owner)
+			}
+			if got := e.pub.swaps.Load() - swaps; got != 1 {
+				t.Fatalf("%d compare-and-swaps over the head read again, want 1", got)
+			}
+		})
 	}
 }
 

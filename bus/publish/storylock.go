@@ -27,8 +27,10 @@ func newStoryLocks() *storyLocks {
 }
 
 // lock waits until the story's lock is free, and returns it to release
-// (storyLock.release). It stops waiting when less than reserve is left
-// before ctx's deadline, or when ctx is done.
+// (storyLock.release). It does not wait when less than reserve is left
+// before ctx's deadline, and stops waiting then, or when ctx is done; a
+// ctx without a deadline waits as long as the lock's holders (each bounded
+// by its own deadline).
 func (l *storyLocks) lock(ctx context.Context, story string, reserve time.Duration) (storyLock, error) {
 	slot := l.slots[maphash.String(l.seed, story)%storyLockCount]
 	select {
@@ -37,6 +39,9 @@ func (l *storyLocks) lock(ctx context.Context, story string, reserve time.Durati
 	default:
 	}
 	if deadline, ok := ctx.Deadline(); ok {
+		if time.Until(deadline) < reserve {
+			return nil, context.DeadlineExceeded
+		}
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithDeadline(ctx, deadline.Add(-reserve))
 		defer cancel()
