@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/storybus/storybus/bus/store"
+	"github.com/storybus/storybus/internal/storetest"
 	"github.com/storybus/storybus/internal/testutil"
 )
 
@@ -250,22 +251,9 @@ func TestKilledAtEveryFaultPoint(t *testing.T) {
 // data directory with an embedded server of its own.
 func deliveries(t *testing.T, dataDir, id string) int {
 	t.Helper()
-	ns, err := store.StartEmbedded(store.EmbeddedOptions{DataDir: dataDir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
-	st, err := store.Connect(store.Options{Embedded: ns})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	stream, err := st.JS.Stream(ctx, store.StreamName("newsroom"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	stream := topicOf(t, dataDir)
 	info, err := stream.Info(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -285,6 +273,20 @@ func deliveries(t *testing.T, dataDir, id string) int {
 		}
 	}
 	return n
+}
+
+// topicOf opens the newsroom topic of a stopped bus's data directory with
+// an embedded server of its own, shut down when t ends.
+func topicOf(t *testing.T, dataDir string) jetstream.Stream {
+	t.Helper()
+	_, st := storetest.EmbeddedIn(t, dataDir)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	stream, err := st.JS.Stream(ctx, store.StreamName("newsroom"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return stream
 }
 
 // TestOnlyACrashMakesTheStartReadTheTopic: a bus stopped cleanly flushed

@@ -14,7 +14,14 @@ import (
 // Embedded starts an embedded JetStream for t and connects to it.
 func Embedded(t testing.TB) (*server.Server, *store.Store) {
 	t.Helper()
-	ns, err := store.StartEmbedded(store.EmbeddedOptions{DataDir: t.TempDir()})
+	return EmbeddedIn(t, t.TempDir())
+}
+
+// EmbeddedIn starts an embedded JetStream on dataDir (a stopped bus's,
+// for one) for t and connects to it.
+func EmbeddedIn(t testing.TB, dataDir string) (*server.Server, *store.Store) {
+	t.Helper()
+	ns, err := store.StartEmbedded(store.EmbeddedOptions{DataDir: dataDir})
 	if err != nil {
 		t.Fatal(err)
 	}
