@@ -309,8 +309,6 @@ type attempt struct {
 	// attempt's: a sole writer forgets the head of a story sent to and
 	// not settled, which may hold a message its cache does not.
 	sent, settled bool
-	// cas says the last publish carried the compare-and-swap.
-	cas bool
 }
 
 // Publish runs stages 10 to 13 for a message.
@@ -567,8 +565,7 @@ func (a *attempt) publish(ctx context.Context) (*jetstream.PubAck, error) {
 	}
 	// The compare-and-swap on the story head, unless a sole writer learnt
 	// the head from its own acknowledgement (soleHead).
-	a.cas = a.snapshot && !a.c.soleHead(a.head)
-	if a.cas {
+	if a.snapshot && !a.c.soleHead(a.head) {
 		m.Header[jetstream.ExpectedLastSubjSeqHeader] = []string{strconv.FormatUint(a.head.SubjectSeq, 10)}
 	}
 	t0 := time.Now()

@@ -263,15 +263,14 @@ func ruleIDs(o publish.Outcome) []string {
 	return ids
 }
 
-// streamCount counts the topic's messages with the message id.
-func (e *env) streamCount(messageID string) int {
+// topic calls visit with each of the topic's messages, in order.
+func (e *env) topic(visit func(*jetstream.RawStreamMsg)) {
 	e.t.Helper()
 	ctx := context.Background()
 	info, err := e.ws.Stream.Info(ctx)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	n := 0
 	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
 		m, err := e.ws.Stream.GetMsg(ctx, seq)
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
@@ -280,10 +279,19 @@ func (e *env) streamCount(messageID string) int {
 		if err != nil {
 			e.t.Fatal(err)
 		}
+		visit(m)
+	}
+}
+
+// streamCount counts the topic's messages with the message id.
+func (e *env) streamCount(messageID string) int {
+	e.t.Helper()
+	n := 0
+	e.topic(func(m *jetstream.RawStreamMsg) {
 		if m.Header.Get(nats.MsgIdHdr) == messageID {
 			n++
 		}
-	}
+	})
 	return n
 }
 

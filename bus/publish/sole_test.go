@@ -100,27 +100,18 @@ func TestSoleWriterPublishesWithoutTheCompareAndSwap(t *testing.T) {
 // topic's order.
 func (e *env) storyOrder(story string) []int64 {
 	e.t.Helper()
-	ctx := context.Background()
-	info, err := e.ws.Stream.Info(ctx)
-	if err != nil {
-		e.t.Fatal(err)
-	}
 	subject := store.Subject(e.ws.ID, som.FamilyStoryContext, story)
 	var seqs []int64
-	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
-		m, err := e.ws.Stream.GetMsg(ctx, seq)
-		if err != nil {
-			e.t.Fatal(err)
-		}
+	e.topic(func(m *jetstream.RawStreamMsg) {
 		if m.Subject != subject {
-			continue
+			return
 		}
 		n, err := strconv.ParseInt(m.Header.Get(publish.HeaderSequence), 10, 64)
 		if err != nil {
 			e.t.Fatal(err)
 		}
 		seqs = append(seqs, n)
-	}
+	})
 	return seqs
 }
 
