@@ -45,8 +45,11 @@ import (
 var testDefaultGateway = v1alpha1.GatewayParentRef{Namespace: "gateway-system", Name: "platform"}
 
 const (
-	testBusImage = "registry.example/storybus:test"
-	waitFor      = 30 * time.Second
+	// suiteConcurrentReconciles is the manager's reconciles of one kind at
+	// a time, as `storybus operator` runs by default.
+	suiteConcurrentReconciles = 4
+	testBusImage              = "registry.example/storybus:test"
+	waitFor                   = 30 * time.Second
 )
 
 // testBusResources are the operator's default requests of bus containers.
@@ -120,7 +123,7 @@ func runSuite(m *testing.M) int {
 		Cache:                  CacheOptions(),
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
-		Controller:             ctrlconfig.Controller{SkipNameValidation: new(true)},
+		Controller:             ctrlconfig.Controller{MaxConcurrentReconciles: suiteConcurrentReconciles, SkipNameValidation: new(true)},
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "FAIL: manager:", err)

@@ -368,6 +368,11 @@ func ConfigHash(b []byte) string { return config.DocumentHash(b) }
 
 // apply server-side applies obj as the operator's field manager, taking
 // over fields someone else changed: that is how drift is repaired.
+//
+// Apply decodes the server's answer back into obj, so obj must own every
+// map, slice and pointer it holds: one taken from a cached object or from
+// the operator's Options would be written by every reconcile at once
+// (deep-copy them, as busResources does).
 func (r *TenantReconciler) apply(ctx context.Context, obj runtime.ApplyConfiguration, what string) error {
 	if err := r.Apply(ctx, obj, client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
 		return fmt.Errorf("apply %s: %w", what, err)

@@ -3,6 +3,7 @@ package controllers
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -292,7 +293,7 @@ func desiredStatefulSet(t *v1alpha1.Tenant, o Options) *appsv1ac.StatefulSetAppl
 	pod := corev1ac.PodTemplateSpec()
 	if tpl := podTemplate(t); tpl != nil {
 		if md := tpl.Metadata; md != nil {
-			pod = pod.WithLabels(md.Labels).WithAnnotations(md.Annotations)
+			pod = pod.WithLabels(maps.Clone(md.Labels)).WithAnnotations(maps.Clone(md.Annotations))
 		}
 		podSpec = withPodTemplate(podSpec, tpl)
 	}
@@ -309,14 +310,20 @@ func desiredStatefulSet(t *v1alpha1.Tenant, o Options) *appsv1ac.StatefulSetAppl
 // busResources are the bus container's requests and limits: the Tenant's
 // spec.resources, or, when it sets none, the operator's defaults. Nil when
 // both are empty.
+//
+// The lists are deep copies: an apply configuration's ResourceList is the
+// map it was given, and Apply decodes the server's answer back into it, so
+// handing it the cached Tenant's or the operator's own would write into
+// them, from every reconcile at once.
 func busResources(t *v1alpha1.Tenant, o Options) *corev1ac.ResourceRequirementsApplyConfiguration {
-	res := t.Spec.Resources
+	res := &t.Spec.Resources
 	if len(res.Limits) == 0 && len(res.Requests) == 0 {
-		res = o.BusResources
+		res = &o.BusResources
 	}
 	if len(res.Limits) == 0 && len(res.Requests) == 0 {
 		return nil
 	}
+	res = res.DeepCopy()
 	rr := corev1ac.ResourceRequirements()
 	if len(res.Limits) > 0 {
 		rr = rr.WithLimits(res.Limits)
@@ -359,7 +366,7 @@ func withPodTemplate(spec *corev1ac.PodSpecApplyConfiguration, tpl *v1alpha1.Pod
 		spec = spec.WithImagePullSecrets(corev1ac.LocalObjectReference().WithName(s.Name))
 	}
 	if len(tpl.NodeSelector) > 0 {
-		spec = spec.WithNodeSelector(tpl.NodeSelector)
+		spec = spec.WithNodeSelector(maps.Clone(tpl.NodeSelector))
 	}
 	for i := range tpl.Tolerations {
 		spec = spec.WithTolerations(toApplyConfiguration[corev1ac.TolerationApplyConfiguration](&tpl.Tolerations[i]))

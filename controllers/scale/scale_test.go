@@ -128,13 +128,30 @@ func TestOperatorAtScale(t *testing.T) {
 	if err := operator.Start(); err != nil {
 		t.Fatal(err)
 	}
+	// exited reports the operator's end: a crash fails the run at once,
+	// with its log, instead of waiting out the deadline.
+	began := time.Now()
+	exited := make(chan error, 1)
+	go func() { exited <- operator.Wait() }()
+	var exitErr error
+	stopped := false
 	t.Cleanup(func() {
-		_ = operator.Process.Kill()
-		_ = operator.Wait()
-		if t.Failed() {
+		if !stopped {
+			_ = operator.Process.Kill()
+			<-exited
+		}
+		if t.Failed() && exitErr == nil {
 			t.Logf("operator logs:\n%s", logs.String())
 		}
 	})
+	operatorExited := func() {
+		select {
+		case exitErr = <-exited:
+			stopped = true
+			t.Fatalf("the operator exited (%v) %s after it started; its log:\n%s", exitErr, time.Since(began).Round(time.Second), logs.String())
+		default:
+		}
+	}
 
 	ns := "scale"
 	if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
@@ -158,7 +175,7 @@ func TestOperatorAtScale(t *testing.T) {
 	}()
 
 	start := time.Now()
-	createAll(ctx, t, k8s, ns, nTenants)
+	createAll(ctx, t, k8s, ns, nTenants, operatorExited)
 	created := time.Since(start)
 
 	deadline := start.Add(time.Duration(nTenants)*2*time.Second + 2*time.Minute)
@@ -168,6 +185,7 @@ func TestOperatorAtScale(t *testing.T) {
 		if err == nil && ready.tenants == nTenants && ready.connections == nTenants*connectionsPerTenant && ready.grants == nTenants*connectionsPerTenant {
 			break
 		}
+		operatorExited()
 		if time.Now().After(deadline) {
 			t.Fatalf("not all Ready after %s: %+v (%v)", time.Since(start).Round(time.Second), ready, err)
 		}
@@ -189,7 +207,10 @@ func TestOperatorAtScale(t *testing.T) {
 
 // createAll creates nTenants Tenants, each with connectionsPerTenant
 // Connections and one Grant per Connection, from a few writers at once.
-func createAll(ctx context.Context, t *testing.T, k8s client.Client, ns string, nTenants int) {
+//
+// checkOperator is called between Tenants: it fails the test when the
+// operator has exited.
+func createAll(ctx context.Context, t *testing.T, k8s client.Client, ns string, nTenants int, checkOperator func()) {
 	t.Helper()
 	jobs := make(chan int)
 	errs := make(chan error, 8)
@@ -208,6 +229,9 @@ func createAll(ctx context.Context, t *testing.T, k8s client.Client, ns string, 
 	}
 	for i := range nTenants {
 		jobs <- i
+		if i%10 == 9 {
+			checkOperator()
+		}
 	}
 	close(jobs)
 	wg.Wait()
