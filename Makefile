@@ -103,10 +103,26 @@ image: ## Build the storybus image as bin/storybus-image.tar (no Docker engine n
 	CGO_ENABLED=0 GOOS=linux GOARCH=$(IMAGE_ARCH) $(GO) build -trimpath -ldflags="-s -w $(LDFLAGS)" -o $(BIN)/image/storybus ./cmd/storybus
 	$(GO) run ./internal/image/cmd/build-image -binary $(BIN)/image/storybus -tag ghcr.io/storybus/storybus:$(IMAGE_VERSION) -o $(BIN)/storybus-image.tar
 
+# The packages whose code runs concurrently (the bus, its store, limits,
+# publish core and policy, the operator's controllers on envtest and the
+# operator process of the scale test, the client, the CLI's in-process
+# commands, the benchmark's producers, the file watcher): `make race` and
+# `make test` run their tests under the race detector. The rest, among them
+# cmd/storybus (the crash drills SIGKILL a built binary, which would never
+# print a report) and internal/image (builds an image, nothing concurrent,
+# four minutes under the detector), run without it.
+RACE_PKGS := ./bus/... ./policy/... ./controllers/... ./client/... ./cmd/storybus/cli/ ./bench/... ./internal/filewatch/
+OTHER_PKGS = $(filter-out $(shell $(GO) list $(RACE_PKGS)),$(shell $(GO) list ./...))
+
 .PHONY: test
-test: tools ## Run every test: unit, integration (embedded JetStream, envtest, helm), Rego, and brief fuzzing.
-	KUBEBUILDER_ASSETS=$(BIN) $(GO) test $(GOTEST_FLAGS) ./...
+test: tools ## Run every test once: unit, integration (embedded JetStream, envtest, helm), Rego, the concurrent packages under the race detector, and brief fuzzing.
+	KUBEBUILDER_ASSETS=$(BIN) $(GO) test $(GOTEST_FLAGS) $(OTHER_PKGS)
+	$(MAKE) race
 	$(MAKE) fuzz
+
+.PHONY: race
+race: tools ## Run the tests of every package whose code runs concurrently under the race detector (go test -race).
+	KUBEBUILDER_ASSETS=$(BIN) $(GO) test -race $(GOTEST_FLAGS) $(RACE_PKGS)
 
 .PHONY: fuzz
 fuzz: ## Fuzz the SOM parser, the publish handler and the ack ids briefly (FUZZTIME=10m for longer).

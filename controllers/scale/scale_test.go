@@ -7,7 +7,9 @@
 // keep `make test` short. STORYBUS_SCALE=full (or `make scale`) runs 500
 // Tenants with 5,000 Connections; STORYBUS_SCALE_TENANTS=N sets any size,
 // and STORYBUS_SCALE_WORKERS=N the operator's --max-concurrent-reconciles.
-// Run with -v for the numbers docs/performance.md records.
+// Run with -v for the numbers docs/performance.md records. Under
+// go test -race (make race) the operator is built with the race detector
+// and its first data race fails the run.
 package scale_test
 
 import (
@@ -111,7 +113,10 @@ func TestOperatorAtScale(t *testing.T) {
 		t.Fatal(err)
 	}
 	binary := filepath.Join(dir, "storybus")
-	build := exec.Command("go", "build", "-o", binary, "./cmd/storybus")
+	// Under go test -race the operator process runs under the race
+	// detector too, and stops at its first report: the test then fails at
+	// once with the report in the operator's log.
+	build := exec.Command("go", append(append([]string{"build", "-o", binary}, testutil.RaceBuildFlags()...), "./cmd/storybus")...)
 	build.Dir = filepath.Join("..", "..")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
@@ -123,6 +128,7 @@ func TestOperatorAtScale(t *testing.T) {
 		args = append(args, "--max-concurrent-reconciles", n)
 	}
 	operator := exec.Command(binary, args...)
+	operator.Env = testutil.RaceEnv()
 	var logs bytes.Buffer
 	operator.Stdout, operator.Stderr = &logs, &logs
 	if err := operator.Start(); err != nil {

@@ -86,3 +86,21 @@ func KeepWriting(t testing.TB, path string, every time.Duration) {
 		f.Close()
 	})
 }
+
+// RaceBuildFlags are the go build flags of a program that a test runs as a
+// process of its own: -race when the test itself runs under the race
+// detector, so the program does too. Run it with RaceEnv, and its first
+// data race ends it (exit status 66) with the report on its standard error.
+func RaceBuildFlags() []string {
+	if RaceDetector {
+		return []string{"-race"}
+	}
+	return nil
+}
+
+// RaceEnv is the environment of a program built with RaceBuildFlags: the
+// test's own, with the race detector told to stop the program at its first
+// report rather than let it run on.
+func RaceEnv() []string {
+	return append(os.Environ(), "GORACE=halt_on_error=1")
+}
