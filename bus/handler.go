@@ -392,6 +392,7 @@ func (s *Server) grants(r *request) outcome {
 	}
 	refusal, err := r.ws.policy.Grants(r.c.Request.Context(), messageInput(r))
 	if err != nil {
+		s.log.ErrorContext(r.c.Request.Context(), "policy evaluation failed", "workspace", r.ws.id, "stage", "grants", "error", err)
 		r.retry = time.Second
 		return refused(rules.New(rules.BusUnavailable, "internal error; retry with the same message_id and body", ""))
 	}
@@ -422,6 +423,11 @@ func (s *Server) workspacePolicy(ctx context.Context, r *request) publish.Policy
 		if errors.Is(err, policy.ErrTimeout) {
 			s.log.WarnContext(ctx, "workspace policy timed out", "workspace", r.ws.id, "messageID", r.msg.MessageID, "error", err)
 			v := rules.New(rules.PolicyTimeout, "the workspace's policy did not decide in time; retry with the same message_id and body", "")
+			return publish.Decision{Refusal: &v, Owner: head.Owner}
+		}
+		if errors.Is(err, policy.ErrBusy) {
+			s.log.WarnContext(ctx, "workspace policy busy", "workspace", r.ws.id, "messageID", r.msg.MessageID)
+			v := rules.New(rules.PolicyBusy, "the workspace's policy is deciding as many messages as it may at once; retry with the same message_id and body", "")
 			return publish.Decision{Refusal: &v, Owner: head.Owner}
 		}
 		if err != nil {

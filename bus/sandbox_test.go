@@ -3,11 +3,13 @@ package bus_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -55,6 +57,49 @@ func TestSlowWorkspacePolicyTimesOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	expect(t, h.post(t, "newsroom", tok, body), http.StatusAccepted, "")
+}
+
+// holdingPolicy runs until its deadline without calling a built-in in its
+// loop, so no cost bound ends it sooner.
+var holdingPolicy = config.PolicyModule{Name: "holding", Rego: `package storybus.tenant.holding
+
+deny contains {"rule": "tenant.holding", "message": "unreachable"} if {
+	r := numbers.range(1, 100000)
+	count([1 | some i in r; some j in r]) < 0
+}
+`, Rules: []config.TenantRule{{ID: "tenant.holding", Status: 409, Meaning: "m", Fix: "f"}}}
+
+// TestBusyWorkspacePolicyAnswersPolicyBusy proves a workspace whose one
+// evaluation slot is held by a slow module answers a publish at the same
+// time at once with 503 policy.busy and Retry-After.
+func TestBusyWorkspacePolicyAnswersPolicyBusy(t *testing.T) {
+	h := newHarness(t)
+	slow := workspaceConfig("newsroom")
+	slow.Policies = []config.PolicyModule{holdingPolicy}
+	slow.PolicyConcurrency = 1
+	slow.PolicyTimeout.Duration = time.Second
+	if err := h.srv.Apply(context.Background(), slow); err != nil {
+		t.Fatal(err)
+	}
+	tok := h.token(t, "newsroom", "cms", cmsSecret)
+	answers := make(chan answer, 2)
+	for story := range 2 {
+		go func() { answers <- h.post(t, "newsroom", tok, snapshot("", fmt.Sprintf("story-%d", story), 1, "cms")) }()
+	}
+	got := map[string]int{}
+	for range 2 {
+		a := <-answers
+		if a.Status != http.StatusServiceUnavailable || a.Header.Get("Retry-After") != "1" {
+			t.Fatalf("got %d (Retry-After %q) %s, want 503 with Retry-After 1", a.Status, a.Header.Get("Retry-After"), a.Raw)
+		}
+		got[a.rule()]++
+	}
+	if got[rules.PolicyBusy] != 1 || got[rules.PolicyTimeout] != 1 {
+		t.Fatalf("two publishes at once with one slot: %v, want one policy.busy and one policy.timeout", got)
+	}
+	if m := h.metrics(t); !strings.Contains(m, `storybus_publish_requests_total{rule="policy.busy",status="503",workspace="newsroom"} 1`) {
+		t.Fatalf("the refusal is not counted:\n%s", m)
+	}
 }
 
 // TestWorkspaceModuleCallingHTTPSendIsRefused proves a configuration whose

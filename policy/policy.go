@@ -126,6 +126,11 @@ type compiled struct {
 	// timeout bounds each evaluation that runs the workspace's own
 	// modules.
 	timeout time.Duration
+	// slots holds a token for each evaluation of the workspace's own
+	// modules that runs: at most policyConcurrency at once. A reload
+	// keeps them, running evaluations and all, unless it changes their
+	// number.
+	slots chan struct{}
 	// storyFree is true when no owner rule, hand-off or workspace module
 	// can look at a story's id: stage 12 then decides without it, and one
 	// memoised decision serves every story with the same head owner.
@@ -179,6 +184,11 @@ func (e *Engine) Update(ctx context.Context, cfg *config.Workspace) error {
 	}
 	next.cfg = cfg
 	next.timeout = cmp.Or(cfg.PolicyTimeout.Duration, DefaultTimeout)
+	if n := cmp.Or(cfg.PolicyConcurrency, DefaultConcurrency); prev != nil && cap(prev.slots) == n {
+		next.slots = prev.slots
+	} else {
+		next.slots = make(chan struct{}, n)
+	}
 	next.storyFree = !next.hasTenant && len(cfg.Ownership.Owners) == 0 && len(cfg.Ownership.Handoffs) == 0
 	next.gateMemo, next.grantsMemo, next.publishMemo = newMemo[GateResult](), newMemo[*rules.Violation](), newMemo[Decision]()
 	if err := storage.WriteOne(ctx, e.store, storage.AddOp, storage.Path{"workspace"}, data); err != nil {
@@ -322,7 +332,9 @@ func publishQuery(hasTenant bool) string {
 // eval runs a prepared query and decodes its single value into out. The
 // input is converted to a Rego value directly; the result, a small object,
 // is decoded through JSON. A timeout above zero bounds the evaluation
-// itself: past it, OPA stops evaluating and eval returns ErrTimeout.
+// itself: past it, OPA stops evaluating and eval returns ErrTimeout. Such
+// an evaluation, of a workspace's own modules, also has a cost budget
+// (cost.go): past it, too, eval returns ErrTimeout.
 func eval(ctx context.Context, timeout time.Duration, q rego.PreparedEvalQuery, input map[string]any, out any) error {
 	value, err := ast.InterfaceToValue(input)
 	if err != nil {
@@ -331,13 +343,16 @@ func eval(ctx context.Context, timeout time.Duration, q rego.PreparedEvalQuery, 
 	ectx := ctx
 	if timeout > 0 {
 		var cancel context.CancelFunc
-		ectx, cancel = context.WithTimeout(ctx, timeout)
+		ectx, cancel = context.WithTimeout(withBudget(ctx), timeout)
 		defer cancel()
 	}
 	rs, err := q.Eval(ectx, rego.EvalParsedInput(value))
 	if err != nil {
 		if ctx.Err() == nil && errors.Is(ectx.Err(), context.DeadlineExceeded) {
 			return fmt.Errorf("%w of %s", ErrTimeout, timeout)
+		}
+		if errors.Is(err, errCost) {
+			return fmt.Errorf("%w: %w", ErrTimeout, err)
 		}
 		return fmt.Errorf("policy evaluation: %w", err)
 	}
@@ -465,6 +480,12 @@ func (e *Engine) publish(ctx context.Context, c *compiled, in MessageInput, head
 	var timeout time.Duration
 	if c.hasTenant {
 		timeout = c.timeout
+		select {
+		case c.slots <- struct{}{}:
+			defer func() { <-c.slots }()
+		default:
+			return Decision{}, ErrBusy
+		}
 	}
 	err := eval(ctx, timeout, c.publish, map[string]any{
 		"connection": in.Connection,

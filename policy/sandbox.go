@@ -18,6 +18,16 @@ import (
 // the workspace configuration sets no policyTimeout.
 const DefaultTimeout = 100 * time.Millisecond
 
+// DefaultConcurrency bounds the evaluations of one workspace's own modules
+// that run at once, when the workspace configuration sets no
+// policyConcurrency.
+const DefaultConcurrency = 4
+
+// ErrBusy is an evaluation of the workspace's own modules refused because
+// as many as the workspace's policyConcurrency are already running: the
+// producer is told to retry, and nothing waits in a queue.
+var ErrBusy = errors.New("as many evaluations of the workspace's policy as it may run at once are running")
+
 // ErrTimeout is an evaluation of the workspace's own modules that did not
 // finish within the workspace's policy deadline. Nothing is decided, and
 // nothing is memoised: the producer is told to retry.
@@ -32,56 +42,75 @@ type BuiltinError struct {
 	Builtin string
 	// Row is the line of the first call in the module's source.
 	Row int
+	// Why says what the built-in would do that a workspace may not.
+	Why string
 }
 
 func (e *BuiltinError) Error() string {
-	return fmt.Sprintf("workspace module %s, line %d: built-in %s is not allowed in workspace policies (no network, clock, randomness or tracing)",
-		e.Module, e.Row, e.Builtin)
+	return fmt.Sprintf("workspace module %s, line %d: built-in %s is not allowed in workspace policies (%s)",
+		e.Module, e.Row, e.Builtin, e.Why)
 }
+
+// Why a built-in is refused: its effects reach outside the bus or vary
+// between retries, or its cost in one call cannot be bounded (OPA checks
+// the deadline only between calls).
+const (
+	whyEffect = "no network, clock, randomness or tracing"
+	whyCost   = "its cost in one call has no bound: it could hold the bus past the policy deadline or take its memory"
+)
 
 // refusedNames are the built-ins workspace modules may not call beyond
 // those OPA itself flags as non-deterministic; a trailing * refuses every
 // name with that prefix.
-var refusedNames = []string{
-	"http.send",            // the network: exfiltration and SSRF from the publish path
-	"net.*",                // DNS look-ups; the CIDR helpers with them, by rule
-	"opa.runtime",          // the process's environment and configuration
-	"trace",                // writes into the evaluation's trace
-	"rand.*",               // randomness
-	"uuid.rfc4122",         // randomness
-	"time.now_ns",          // the clock: a retry must get the same answer
-	"io.jwt.verify_*",      // key material and key look-ups
-	"io.jwt.decode_verify", // key material and the clock
-	"io.jwt.encode_sign*",  // signing keys; randomness in signatures
-	"json.verify_schema",   // remote $ref look-ups
-	"json.match_schema",    // remote $ref look-ups
-	"crypto.x509.parse_and_verify_certificates*", // the clock
+var refusedNames = []struct{ name, why string }{
+	{"http.send", whyEffect},                                  // the network: exfiltration and SSRF from the publish path
+	{"net.*", whyEffect},                                      // DNS look-ups; the CIDR helpers with them, by rule
+	{"opa.runtime", whyEffect},                                // the process's environment and configuration
+	{"trace", whyEffect},                                      // writes into the evaluation's trace
+	{"rand.*", whyEffect},                                     // randomness
+	{"uuid.rfc4122", whyEffect},                               // randomness
+	{"time.now_ns", whyEffect},                                // the clock: a retry must get the same answer
+	{"io.jwt.verify_*", whyEffect},                            // key material and key look-ups
+	{"io.jwt.decode_verify", whyEffect},                       // key material and the clock
+	{"io.jwt.encode_sign*", whyEffect},                        // signing keys; randomness in signatures
+	{"json.verify_schema", whyEffect},                         // remote $ref look-ups
+	{"json.match_schema", whyEffect},                          // remote $ref look-ups
+	{"crypto.x509.parse_and_verify_certificates*", whyEffect}, // the clock
+
+	{"strings.render_template", whyCost}, // text/template: loops of any length inside one call
+	{"graph.reachable_paths", whyCost},   // every path of a graph: exponential in its size
+	{"bits.lsh", whyCost},                // 1 << n allocates n bits at once
+	{"graphql.*", whyCost},               // parsing and validation super-linear in crafted queries; no use on a bus
+	{"regex.globs_match", whyCost},       // intersecting two patterns' automata: exponential
+	{"rego.parse_module", whyCost},       // the Rego parser on a message: recursion as deep as the text
 }
 
-// refused reports whether workspace modules may not call the built-in.
-func refused(b *ast.Builtin) bool {
+// refusal says why workspace modules may not call the built-in, or "" if
+// they may.
+func refusal(b *ast.Builtin) string {
 	if b.Nondeterministic {
-		return true
+		return whyEffect
 	}
-	for _, n := range refusedNames {
-		if prefix, wildcard := strings.CutSuffix(n, "*"); wildcard {
+	for _, r := range refusedNames {
+		if prefix, wildcard := strings.CutSuffix(r.name, "*"); wildcard {
 			if strings.HasPrefix(b.Name, prefix) {
-				return true
+				return r.why
 			}
-		} else if b.Name == n {
-			return true
+		} else if b.Name == r.name {
+			return r.why
 		}
 	}
-	return false
+	return ""
 }
 
 // TenantBuiltins returns the names of the built-in functions a workspace
 // module may call, sorted: every built-in of this OPA version but those
-// that reach outside the bus or make a decision vary between retries.
+// that reach outside the bus, make a decision vary between retries, or
+// cost without bound in one call.
 func TenantBuiltins() []string {
 	var out []string
 	for _, b := range ast.CapabilitiesForThisVersion().Builtins {
-		if !refused(b) {
+		if refusal(b) == "" {
 			out = append(out, b.Name)
 		}
 	}
@@ -102,17 +131,43 @@ func checkSandbox(module string, m *ast.Module) error {
 		}
 		name := ref.String()
 		b, builtin := ast.BuiltinMap[name]
-		if builtin && refused(b) && !seen[name] {
+		if !builtin || seen[name] {
+			return false
+		}
+		if why := refusal(b); why != "" {
 			seen[name] = true
 			row := 0
 			if t.Location != nil {
 				row = t.Location.Row
 			}
-			errs = append(errs, &BuiltinError{Module: module, Builtin: name, Row: row})
+			errs = append(errs, &BuiltinError{Module: module, Builtin: name, Row: row, Why: why})
+		}
+		return false
+	})
+	ast.WalkExprs(m, func(x *ast.Expr) bool {
+		if x.IsCall() && strings.HasPrefix(x.Operator().String(), "time.") && namesLocalZone(x.Operands()) {
+			row := 0
+			if x.Location != nil {
+				row = x.Location.Row
+			}
+			errs = append(errs, &BuiltinError{Module: module, Builtin: x.Operator().String(), Row: row,
+				Why: `the time zone "Local" is the node's: name one, such as "Europe/Oslo"`})
 		}
 		return false
 	})
 	return errors.Join(errs...)
+}
+
+// namesLocalZone reports whether a time built-in's operands name the time
+// zone "Local" ([ns, "Local"]). A zone not known until the evaluation is
+// refused then (cost.go).
+func namesLocalZone(operands []*ast.Term) bool {
+	for _, o := range operands {
+		if arr, ok := o.Value.(*ast.Array); ok && arr.Len() > 1 && arr.Elem(1).Value.Compare(ast.String("Local")) == 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // CheckModules compiles a workspace's own modules with the bus's, exactly

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -17,7 +19,7 @@ import (
 	"github.com/storybus/storybus/policy"
 )
 
-var update = flag.Bool("update", false, "rewrite testdata/tenant-builtins.txt")
+var update = flag.Bool("update", false, "add new built-ins to testdata/tenant-builtins.tsv as UNREVIEWED")
 
 // probe is a workspace module whose deny rule evaluates call.
 func probe(call string) config.PolicyModule {
@@ -110,24 +112,66 @@ func TestHTTPSendIsRefusedAndSendsNothing(t *testing.T) {
 	}
 }
 
-// TestTenantBuiltinsReviewed pins the built-ins workspace modules may call,
-// so that an OPA upgrade adding built-ins fails here until someone has
-// checked each new one is pure (rerun with -update once checked).
+// TestTenantBuiltinsReviewed pins the built-ins workspace modules may call
+// and the review of each, so that an OPA upgrade adding built-ins fails
+// here until someone has reviewed each new one for its effects (pure: no
+// network, clock, randomness, secrets) and its cost in one call (linear or
+// n log n in its arguments, or guarded: estimated before it runs, see
+// cost.go). -update adds new built-ins as UNREVIEWED and drops removed ones;
+// the test fails until each row is filled in.
 func TestTenantBuiltinsReviewed(t *testing.T) {
-	const golden = "testdata/tenant-builtins.txt"
-	allowed := policy.TenantBuiltins()
-	got := strings.Join(allowed, "\n") + "\n"
-	if *update {
-		if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(golden)
+	const golden = "testdata/tenant-builtins.tsv"
+	b, err := os.ReadFile(golden)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got != string(want) {
-		t.Fatalf("the built-ins workspace modules may call changed: review the new ones, then run go test ./policy/ -run TestTenantBuiltinsReviewed -update")
+	reviewed := map[string][2]string{}
+	header := ""
+	for line := range strings.Lines(string(b)) {
+		line = strings.TrimSuffix(line, "\n")
+		if strings.HasPrefix(line, "#") {
+			header = line
+			continue
+		}
+		cols := strings.Split(line, "\t")
+		if len(cols) != 3 {
+			t.Fatalf("%s: %q: want three tab-separated columns", golden, line)
+		}
+		reviewed[cols[0]] = [2]string{cols[1], cols[2]}
+	}
+	allowed := policy.TenantBuiltins()
+	if *update {
+		var out strings.Builder
+		out.WriteString(header + "\n")
+		next := map[string][2]string{}
+		for _, name := range allowed {
+			r, ok := reviewed[name]
+			if !ok {
+				r = [2]string{"UNREVIEWED", "UNREVIEWED"}
+			}
+			next[name] = r
+			fmt.Fprintf(&out, "%s\t%s\t%s\n", name, r[0], r[1])
+		}
+		if err := os.WriteFile(golden, []byte(out.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		reviewed = next
+	}
+	if len(allowed) != len(reviewed) {
+		t.Errorf("%d built-ins allowed, %d reviewed in %s: run go test ./policy/ -run TestTenantBuiltinsReviewed -update, then review the new rows", len(allowed), len(reviewed), golden)
+	}
+	for _, name := range allowed {
+		r, ok := reviewed[name]
+		switch {
+		case !ok:
+			t.Errorf("built-in %s is allowed but not reviewed in %s", name, golden)
+		case r[0] != "pure":
+			t.Errorf("built-in %s: effects %q, want pure (or refuse it in sandbox.go)", name, r[0])
+		case r[1] == "guarded" != policy.Guarded(name):
+			t.Errorf("built-in %s: cost %q, but guarded in cost.go is %v", name, r[1], policy.Guarded(name))
+		case !slices.Contains([]string{"linear", "n log n", "size × depth, charged", "guarded"}, r[1]):
+			t.Errorf("built-in %s: cost %q is not a reviewed class (refuse it in sandbox.go if unbounded)", name, r[1])
+		}
 	}
 	set := map[string]bool{}
 	for _, name := range allowed {

@@ -92,6 +92,11 @@ type Workspace struct {
 	// PolicyTimeout bounds one evaluation of the workspace's own modules,
 	// from 1ms to 1s; zero takes the policy package's default (100ms).
 	PolicyTimeout Duration `json:"policyTimeout,omitzero"`
+	// PolicyConcurrency bounds the evaluations of the workspace's own
+	// modules that run at once in one bus, from 1 to 64; zero takes the
+	// policy package's default (4). Past it a publish is answered 503
+	// policy.busy, never queued.
+	PolicyConcurrency int `json:"policyConcurrency,omitempty"`
 	// Connections are the producers and consumers allowed in.
 	Connections []Connection `json:"connections,omitempty"`
 	// Sandbox makes the workspace a sandbox for producers' tests: a
@@ -536,6 +541,9 @@ func (w *Workspace) Validate() error {
 	}
 	if d := w.PolicyTimeout.Duration; d != 0 && (d < time.Millisecond || d > time.Second) {
 		add("policyTimeout %s must be between 1ms and 1s", d)
+	}
+	if n := w.PolicyConcurrency; n < 0 || n > 64 {
+		add("policyConcurrency %d must be between 1 and 64", n)
 	}
 	modules, tenantRules := map[string]bool{}, map[string]bool{}
 	for i, m := range w.Policies {
