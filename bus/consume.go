@@ -7,7 +7,10 @@ package bus
 
 import (
 	"bytes"
+	"cmp"
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -24,6 +27,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/storybus/storybus/bus/config"
 	"github.com/storybus/storybus/bus/publish"
 	"github.com/storybus/storybus/bus/rules"
 	"github.com/storybus/storybus/bus/som"
@@ -233,7 +237,7 @@ func (s *Server) consume(c *gin.Context) {
 	}
 	out := make([]Delivery, 0, len(msgs))
 	for _, m := range msgs {
-		d, ok := delivery(m)
+		d, ok := delivery(m, ackKey(r.cfg))
 		if !ok {
 			// Not a message the bus published: never hand it out again.
 			s.log.WarnContext(c.Request.Context(), "terminating a topic message that is not a SOM message", "workspace", r.ws.id, "consumer", r.name, "subject", m.Subject())
@@ -523,8 +527,9 @@ func ignoreEnd(err error) error {
 	return err
 }
 
-// delivery turns a topic message into the answer's form.
-func delivery(m jetstream.Msg) (Delivery, bool) {
+// delivery turns a topic message into the answer's form, its ack id
+// signed with key.
+func delivery(m jetstream.Msg, key []byte) (Delivery, bool) {
 	meta, err := m.Metadata()
 	raw := m.Data()
 	if err != nil || !json.Valid(raw) {
@@ -543,7 +548,7 @@ func delivery(m jetstream.Msg) (Delivery, bool) {
 		MessageID:   m.Headers().Get(nats.MsgIdHdr),
 		MessageType: typ,
 		Family:      family,
-		AckID:       base64.RawURLEncoding.EncodeToString([]byte(m.Reply())),
+		AckID:       signAckID(key, m.Reply()),
 		Delivery:    meta.NumDelivered,
 		Traceparent: m.Headers().Get(traceparentHeader),
 		Tracestate:  m.Headers().Get(tracestateHeader),
@@ -611,8 +616,9 @@ func (s *Server) ack(c *gin.Context) {
 		return
 	}
 	subjects := make([]string, len(req.AckIDs))
+	key := ackKey(r.cfg)
 	for i, id := range req.AckIDs {
-		subj, ok := ackSubject(r.ws.id, r.name, id)
+		subj, ok := ackSubject(key, r.ws.id, r.name, id)
 		if !ok {
 			refuse(c, 0, rules.New(rules.ConsumerAckInvalid, "this ack_id was not issued to consumer "+r.name+"; nothing was acknowledged", "/ack_ids/"+strconv.Itoa(i)))
 			return
@@ -622,8 +628,9 @@ func (s *Server) ack(c *gin.Context) {
 	if _, ok := s.openDurable(c, r, nil, false); !ok {
 		return
 	}
-	if err := s.acknowledge(c.Request.Context(), subjects, payload); err != nil {
-		s.consumerUnavailable(c, r, "ack", err)
+	if failed, err := s.acknowledge(c.Request.Context(), subjects, payload); err != nil {
+		// One line for the request, however many of its ids failed.
+		s.consumerUnavailable(c, r, "ack", fmt.Errorf("%d of %d acknowledgements unconfirmed, the first: %w", failed, len(subjects), err))
 		return
 	}
 	s.metrics.acked.WithLabelValues(r.ws.id, r.conn.Name, action).Add(float64(len(subjects)))
@@ -635,33 +642,76 @@ func (s *Server) ack(c *gin.Context) {
 }
 
 // acknowledge sends payload (an acknowledgement of JetStream's protocol)
-// for every delivery and waits for the store to confirm each.
-func (s *Server) acknowledge(ctx context.Context, subjects []string, payload []byte) error {
+// for every delivery, at most ackConcurrency at a time, and waits for the
+// store to confirm each. It returns how many were not confirmed and the
+// first error.
+func (s *Server) acknowledge(ctx context.Context, subjects []string, payload []byte) (int, error) {
 	ctx, cancel := context.WithTimeout(ctx, ackTimeout)
 	defer cancel()
 	errs := make([]error, len(subjects))
+	slots := make(chan struct{}, ackConcurrency)
 	var wg sync.WaitGroup
 	for i, subj := range subjects {
+		slots <- struct{}{}
 		wg.Go(func() {
+			defer func() { <-slots }()
 			_, errs[i] = s.opts.Store.Conn.RequestWithContext(ctx, subj, payload)
 		})
 	}
 	wg.Wait()
-	return errors.Join(errs...)
+	failed, first := 0, error(nil)
+	for _, err := range errs {
+		if err != nil {
+			failed++
+			first = cmp.Or(first, err)
+		}
+	}
+	return failed, first
 }
 
-// ackSubject decodes an ack_id and checks that it is a JetStream
-// acknowledgement subject of this consumer of the workspace's topic, in
-// either of JetStream's two forms:
+// ackConcurrency bounds the acknowledgements of one request in flight.
+const ackConcurrency = 32
+
+// ackKey is the key ack ids are signed with: the workspace's signing key,
+// which every bus serving the workspace holds, so a delivery pulled from one
+// can be acknowledged on another.
+func ackKey(cfg *config.Workspace) []byte { return []byte(cfg.SigningKey) }
+
+// signAckID is the ack id of a delivery whose acknowledgement subject is
+// subject: the subject, base64url, a dot, and the first 16 bytes of its
+// HMAC-SHA256 under key, base64url. An id nobody handed out is refused
+// without asking the store.
+func signAckID(key []byte, subject string) string {
+	enc := base64.RawURLEncoding
+	return enc.EncodeToString([]byte(subject)) + "." + enc.EncodeToString(ackMAC(key, subject))
+}
+
+func ackMAC(key []byte, subject string) []byte {
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte("storybus ack id\x00"))
+	m.Write([]byte(subject))
+	return m.Sum(nil)[:16]
+}
+
+// ackSubject checks an ack_id's signature under key, decodes it and checks
+// that it is a JetStream acknowledgement subject of this consumer of the
+// workspace's topic, in either of JetStream's two forms:
 //
 //	$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<time>.<pending>
 //	$JS.ACK.<domain>.<account>.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<time>.<pending>[.<token>]
-func ackSubject(workspace, name, id string) (string, bool) {
-	b, err := base64.RawURLEncoding.DecodeString(id)
+func ackSubject(key []byte, workspace, name, id string) (string, bool) {
+	encoded, mac, ok := strings.Cut(id, ".")
+	if !ok || len(id) > 1024 {
+		return "", false
+	}
+	b, err := base64.RawURLEncoding.DecodeString(encoded)
 	if err != nil || len(b) == 0 || len(b) > 512 {
 		return "", false
 	}
 	subj := string(b)
+	if got, err := base64.RawURLEncoding.DecodeString(mac); err != nil || !hmac.Equal(got, ackMAC(key, subj)) {
+		return "", false
+	}
 	tokens := strings.Split(subj, ".")
 	for _, t := range tokens {
 		if t == "" || strings.ContainsAny(t, "*> \t\r\n") {

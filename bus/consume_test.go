@@ -389,24 +389,40 @@ func TestAckIDsAreVerifiedToBelongToTheConsumer(t *testing.T) {
 	two := h.pullUntil(t, "newsroom", "two", all, "", 1)[0]
 	foreign := h.pullUntil(t, "other", "one", otherAll, "", 1)[0]
 
-	subject, err := base64.RawURLEncoding.DecodeString(mine.AckID)
-	if err != nil || !strings.HasPrefix(string(subject), "$JS.ACK.") {
-		t.Fatalf("ack_id %q is not an encoded acknowledgement subject", mine.AckID)
+	encoded, mac, _ := strings.Cut(mine.AckID, ".")
+	subject, err := base64.RawURLEncoding.DecodeString(encoded)
+	if err != nil || !strings.HasPrefix(string(subject), "$JS.ACK.") || mac == "" {
+		t.Fatalf("ack_id %q is not an encoded acknowledgement subject and its signature", mine.AckID)
 	}
 	enc := base64.RawURLEncoding.EncodeToString
+	// An invented delivery of the right shape: the sequence numbers of
+	// the genuine id changed.
+	tokens := strings.Split(string(subject), ".")
+	tokens[5], tokens[6] = "999999", "999999"
+	invented := strings.Join(tokens, ".")
 	for name, id := range map[string]string{
-		"another consumer's":  two.AckID,
-		"another workspace's": foreign.AckID,
-		"not base64":          "not base64!",
-		"not an ack subject":  enc([]byte("som.newsroom.story-context.x")),
-		"a wildcard":          enc([]byte("$JS.ACK.som-newsroom.one.>")),
-		"a wildcard token":    enc([]byte("$JS.ACK.som-newsroom.one.1.*.1.1.0")),
-		"a forged stream":     enc([]byte(strings.Replace(string(subject), "som-newsroom", "som-other", 1))),
-		"empty":               "",
+		"an invented delivery, unsigned":               enc([]byte(invented)),
+		"an invented delivery, with the genuine's mac": enc([]byte(invented)) + "." + mac,
+		"the genuine subject, unsigned":                encoded,
+		"the genuine subject, a bad mac":               encoded + "." + enc([]byte("0123456789abcdef")),
+		"another consumer's":                           two.AckID,
+		"another workspace's":                          foreign.AckID,
+		"not base64":                                   "not base64!",
+		"not an ack subject":                           enc([]byte("som.newsroom.story-context.x")),
+		"a wildcard":                                   enc([]byte("$JS.ACK.som-newsroom.one.>")),
+		"a wildcard token":                             enc([]byte("$JS.ACK.som-newsroom.one.1.*.1.1.0")),
+		"a forged stream":                              enc([]byte(strings.Replace(string(subject), "som-newsroom", "som-other", 1))),
+		"empty":                                        "",
 	} {
 		t.Run(name, func(t *testing.T) {
+			start := time.Now()
 			_, a := h.ackIDs(t, "newsroom", "one", all, mine.AckID, id)
 			expect(t, a, http.StatusBadRequest, rules.ConsumerAckInvalid)
+			// Refused without waiting on the store (whose ack timeout
+			// is 5 s).
+			if took := time.Since(start); took > 2*time.Second {
+				t.Errorf("the refusal took %s", took)
+			}
 			if a.Violations[0].Path != "/ack_ids/1" {
 				t.Fatalf("path %q", a.Violations[0].Path)
 			}
