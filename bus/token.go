@@ -1,6 +1,7 @@
 package bus
 
 import (
+	"context"
 	"crypto/x509"
 	"fmt"
 	"io"
@@ -28,40 +29,78 @@ type TokenResponse struct {
 
 // TokenAttempts limits failed client-credential attempts at the token
 // endpoint, counted in the workspace's limits bucket so that every replica
-// adds to the same counts. After PerClient failures with one configured
-// client id, or PerAddress failures from one source address (an IPv6
-// address counts as its /64), within Window of the first, every attempt of
-// that client id or from that address is refused with 429
-// auth.attempts.exceeded for Window, even one with the right secret. 0
-// turns a limit off.
+// adds to the same counts, and so that failures from elsewhere never deny a
+// client that presents its right secret from its own address:
+//
+//   - PerClientAddress failures with one client id from one source address
+//     (an IPv6 address counts as its /64) within Window lock that client id
+//     out from that address for Window;
+//   - PerAddress failures from one address, whatever the client ids, lock
+//     the address out for Window;
+//   - PerClient failures with one client id from all addresses within
+//     Window guard the client id for Window: only the addresses it
+//     succeeded from in the last 7 days may try it meanwhile.
+//
+// A locked-out attempt is refused with 429 auth.attempts.exceeded, even
+// with the right secret. Unknown client ids are counted as known ones are,
+// so the answers and their timing do not tell them apart. 0 turns a limit
+// off.
 type TokenAttempts struct {
-	PerClient  int
-	PerAddress int
-	Window     time.Duration
+	PerClientAddress int
+	PerAddress       int
+	PerClient        int
+	Window           time.Duration
 }
 
 // DefaultTokenAttempts are the limits a server has unless told otherwise:
-// a producer with a wrong secret is locked out after 10 tries, an address
-// guessing across client ids after 100 (many producers may share one
-// address behind a NAT or a gateway).
-var DefaultTokenAttempts = TokenAttempts{PerClient: 10, PerAddress: 100, Window: 10 * time.Minute}
+// a producer with a wrong secret is locked out of its address after 10
+// tries, an address guessing across client ids after 100 (many producers
+// may share one address behind a NAT or a gateway), and a client id tried
+// wrongly 100 times from anywhere is open only to its known addresses.
+// One client id thus takes at most 100 wrong guesses per 10 minutes from
+// new addresses, 600 an hour, across all of them.
+var DefaultTokenAttempts = TokenAttempts{PerClientAddress: 10, PerAddress: 100, PerClient: 100, Window: 10 * time.Minute}
 
-// keys returns the attempt keys of a request: its source address, and its
-// client id when the workspace has it (unknown ids are counted by address
-// only, so guessing ids cannot fill the bucket with keys).
-func (a TokenAttempts) keys(c *gin.Context, cfg *config.Workspace, clientID string) []limits.AttemptKey {
-	keys := []limits.AttemptKey{{
-		Key:  limits.AddressAttemptsKey(clientAddress(c)),
-		Rule: limits.AttemptRule{MaxFailures: a.PerAddress, Window: a.Window},
-	}}
-	if _, known := cfg.ConnectionByClientID(clientID); known {
-		keys = append(keys, limits.AttemptKey{
-			Key:  limits.ClientAttemptsKey(clientID),
-			Rule: limits.AttemptRule{MaxFailures: a.PerClient, Window: a.Window},
-		})
-	}
-	return keys
+// attemptKeys are the keys a token request's failure counts on.
+type attemptKeys struct {
+	// locks lock the request out outright: its address, and its client id
+	// from its address.
+	locks []limits.AttemptKey
+	// guard is the client id's, from every address.
+	guard limits.AttemptKey
 }
+
+func (a TokenAttempts) keys(addr, clientID string) attemptKeys {
+	return attemptKeys{
+		locks: []limits.AttemptKey{
+			{Key: limits.AddressAttemptsKey(addr), Rule: limits.AttemptRule{MaxFailures: a.PerAddress, Window: a.Window}},
+			{Key: limits.ClientAddressAttemptsKey(clientID, addr), Rule: limits.AttemptRule{MaxFailures: a.PerClientAddress, Window: a.Window}},
+		},
+		guard: limits.AttemptKey{Key: limits.ClientAttemptsKey(clientID), Rule: limits.AttemptRule{MaxFailures: a.PerClient, Window: a.Window}},
+	}
+}
+
+// lockedOut reports how long the request is locked out: its address or its
+// client id from its address, or its client id guarded and the address not
+// one it succeeded from.
+func lockedOut(ctx context.Context, l *limits.Limiter, k attemptKeys, clientID, addr string) (time.Duration, error) {
+	wait, err := l.AttemptsLocked(ctx, k.locks...)
+	if err != nil || wait > 0 {
+		return wait, err
+	}
+	guarded, err := l.AttemptsLocked(ctx, k.guard)
+	if err != nil || guarded == 0 {
+		return 0, err
+	}
+	if ok, err := l.KnownAddress(ctx, clientID, addr); err != nil || ok {
+		return 0, err
+	}
+	return guarded, nil
+}
+
+// unknownClient stands in for a client id the workspace does not have, so
+// that checking a secret takes the same work either way.
+var unknownClient = config.Connection{SecretHash: config.HashSecret("no client has this secret: it is never compared as true")}
 
 // maxTokenRequestBytes bounds a token request's body: a few form
 // parameters.
@@ -114,13 +153,14 @@ func (s *Server) token(c *gin.Context) {
 		tokenError(c, 0, rules.New(rules.AuthCredentialsInvalid, "send the client id and secret with HTTP Basic authentication (client_secret_basic) or as client_id and client_secret in the body (client_secret_post)", ""))
 		return
 	}
-	// Locked out first: once the limit is reached, the right secret is
+	// Locked out first: once a limit is reached, the right secret is
 	// refused too, or guessing would just go on until it succeeded.
-	keys := s.attempts.keys(c, cfg, tr.clientID)
+	addr := clientAddress(c)
+	keys := s.attempts.keys(addr, tr.clientID)
 	l, err := s.limiter(ws)
 	var wait time.Duration
 	if err == nil {
-		wait, err = l.AttemptsLocked(c.Request.Context(), keys...)
+		wait, err = lockedOut(c.Request.Context(), l, keys, tr.clientID, addr)
 	}
 	if err != nil {
 		s.attemptCountersUnavailable(c, ws, err)
@@ -131,14 +171,21 @@ func (s *Server) token(c *gin.Context) {
 			"too many failed attempts with this client id or from this address within %s; every attempt is refused until Retry-After", s.attempts.Window), ""))
 		return
 	}
-	conn, ok := cfg.ConnectionByClientID(tr.clientID)
-	if !ok || !conn.CheckSecret(tr.secret) {
-		if err := l.AttemptFailed(c.Request.Context(), keys...); err != nil {
+	conn, known := cfg.ConnectionByClientID(tr.clientID)
+	if !known {
+		conn = &unknownClient
+	}
+	if ok := conn.CheckSecret(tr.secret); !ok || !known {
+		if err := l.AttemptFailed(c.Request.Context(), append(keys.locks, keys.guard)...); err != nil {
 			s.attemptCountersUnavailable(c, ws, err)
 			return
 		}
 		tokenError(c, 0, rules.New(rules.AuthCredentialsInvalid, "unknown client id or wrong secret", ""))
 		return
+	}
+	if err := l.RememberAddress(c.Request.Context(), tr.clientID, addr); err != nil {
+		// The token is still due: only a later guard is less precise.
+		s.log.WarnContext(c.Request.Context(), "could not record a client's address", "workspace", ws.id, "error", err)
 	}
 	s.issue(c, ws, cfg, conn, nil)
 }

@@ -5,13 +5,19 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"maps"
 	"net/http"
+	"net/netip"
 	"net/url"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/oauth2"
 	"golang.org/x/oauth2/clientcredentials"
 
@@ -27,48 +33,121 @@ func (h *harness) tokenAnswer(t *testing.T, client, secret string) answer {
 	return h.tokenForm(t, "newsroom", "grant_type=client_credentials", client, secret)
 }
 
-// TestTokenAttemptsLockOutAcrossReplicas fails a client id's secret
-// through two bus processes on one JetStream: the failures add up, and
-// once the limit is reached the right secret is refused too, on both,
-// until the window has passed.
-func TestTokenAttemptsLockOutAcrossReplicas(t *testing.T) {
+// tokenFrom asks for a token with the client's credentials as if from
+// addr, through a trusted proxy (the harness's peer, 127.0.0.1).
+func (h *harness) tokenFrom(t *testing.T, addr, client, secret string) answer {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, h.http.URL+"/v1/tenants/newsroom/tokens", strings.NewReader("grant_type=client_credentials"))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("X-Forwarded-For", addr)
+	req.SetBasicAuth(client, secret)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	a := answer{Status: res.StatusCode, Header: res.Header}
+	if err := json.NewDecoder(res.Body).Decode(&a); err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// TestTokenFailuresElsewhereDoNotLockOutTheClient fails cms's secret
+// through two bus processes on one JetStream, from an attacker's addresses:
+// the failures add up across replicas and lock the attacker out, but the
+// producer, from its own address with the right secret, always gets its
+// token; a client id guessed at from many addresses is open only to the
+// addresses it succeeded from, until the window has passed.
+func TestTokenFailuresElsewhereDoNotLockOutTheClient(t *testing.T) {
 	ns := startNATS(t)
 	clock := newStoppedClock(time.Date(2026, 11, 29, 9, 0, 0, 0, time.UTC))
-	o := bus.Options{Clock: clock, TokenAttempts: &bus.TokenAttempts{PerClient: 4, Window: 10 * time.Minute}}
+	o := bus.Options{Clock: clock, TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")},
+		TokenAttempts: &bus.TokenAttempts{PerClientAddress: 4, PerAddress: 100, PerClient: 12, Window: 10 * time.Minute}}
 	replicas := []*harness{newReplicaWith(t, ns, o, workspaceConfig("newsroom")), newReplicaWith(t, ns, o, workspaceConfig("newsroom"))}
+	const producer, attacker = "192.0.2.10", "203.0.113.1"
+	wrong := "wrong-secret-0123456789abcdef0123456789"
+	expect(t, replicas[0].tokenFrom(t, producer, "cms", cmsSecret), http.StatusOK, "")
 
 	for i := range 4 {
-		h := replicas[i%2]
-		expect(t, h.tokenAnswer(t, "cms", "wrong-secret-0123456789abcdef0123456789"), http.StatusUnauthorized, rules.AuthCredentialsInvalid)
+		expect(t, replicas[i%2].tokenFrom(t, attacker, "cms", wrong), http.StatusUnauthorized, rules.AuthCredentialsInvalid)
 		clock.Advance(time.Minute)
 	}
-	// The fourth failure, at 09:03, locked cms out until 09:13.
+	// The fourth failure, at 09:03, locked cms out from the attacker's
+	// address until 09:13, the right secret too, on both replicas.
 	for _, h := range replicas {
-		a := h.tokenAnswer(t, "cms", cmsSecret)
+		a := h.tokenFrom(t, attacker, "cms", cmsSecret)
 		expect(t, a, http.StatusTooManyRequests, rules.AuthAttemptsExceeded)
 		expectRetryAfter(t, a, 600-60)
-		// Another client id is not affected.
-		h.token(t, "newsroom", "wire", wireSecret)
+		expect(t, h.tokenFrom(t, producer, "cms", cmsSecret), http.StatusOK, "")
+		expect(t, h.tokenFrom(t, "198.51.100.1", "cms", cmsSecret), http.StatusOK, "")
 	}
-	// Failures during the lockout do not prolong it.
-	expect(t, replicas[0].tokenAnswer(t, "cms", "wrong"), http.StatusTooManyRequests, rules.AuthAttemptsExceeded)
-	clock.Advance(9*time.Minute - time.Second)
-	a := replicas[1].tokenAnswer(t, "cms", cmsSecret)
-	expect(t, a, http.StatusTooManyRequests, rules.AuthAttemptsExceeded)
-	expectRetryAfter(t, a, 1)
-	clock.Advance(time.Second)
+
+	// Guesses from ever new addresses: at twelve failures in the window
+	// the client id is guarded. A new address is refused, the right secret
+	// too; the producer's known addresses are not.
+	for i := range 8 {
+		expect(t, replicas[i%2].tokenFrom(t, "203.0.113."+strconv.Itoa(10+i), "cms", wrong), http.StatusUnauthorized, rules.AuthCredentialsInvalid)
+	}
 	for _, h := range replicas {
-		h.token(t, "newsroom", "cms", cmsSecret)
+		a := h.tokenFrom(t, "198.51.100.77", "cms", cmsSecret)
+		expect(t, a, http.StatusTooManyRequests, rules.AuthAttemptsExceeded)
+		expect(t, h.tokenFrom(t, producer, "cms", cmsSecret), http.StatusOK, "")
+		expect(t, h.tokenFrom(t, "198.51.100.1", "cms", cmsSecret), http.StatusOK, "")
+		// Another client id is not affected.
+		expect(t, h.tokenFrom(t, "198.51.100.77", "wire", wireSecret), http.StatusOK, "")
+	}
+	clock.Advance(10 * time.Minute)
+	expect(t, replicas[1].tokenFrom(t, "198.51.100.77", "cms", cmsSecret), http.StatusOK, "")
+}
+
+// TestUnknownAndKnownClientIDsAnswerAlike fails a known client id's secret
+// and an unknown client id the same number of times: the answers are the
+// same, both are locked out alike, and both did the same writes to the
+// store, so neither the answers nor the work tell an attacker which ids
+// exist.
+func TestUnknownAndKnownClientIDsAnswerAlike(t *testing.T) {
+	ns := startNATS(t)
+	clock := newStoppedClock(time.Date(2026, 11, 29, 9, 0, 0, 0, time.UTC))
+	h := newReplicaWith(t, ns, bus.Options{Clock: clock, TokenAttempts: &bus.TokenAttempts{PerClientAddress: 3, Window: 10 * time.Minute}}, workspaceConfig("newsroom"))
+	kv, err := connectStore(t, ns).JS.KeyValue(context.Background(), limits.BucketName("newsroom"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	writes := func() uint64 {
+		st, err := kv.Status(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.(*jetstream.KeyValueBucketStatus).StreamInfo().State.LastSeq
+	}
+	var answers [2][]string
+	var written [2]uint64
+	for i, client := range []string{"cms", "nobody-by-this-name"} {
+		before := writes()
+		for range 4 {
+			a := h.tokenAnswer(t, client, "wrong-secret-0123456789abcdef0123456789")
+			answers[i] = append(answers[i], fmt.Sprintf("%d %s %s", a.Status, a.Rule, a.Header.Get("Retry-After")))
+		}
+		written[i] = writes() - before
+	}
+	if !slices.Equal(answers[0], answers[1]) {
+		t.Fatalf("a known client id answered %q, an unknown one %q", answers[0], answers[1])
+	}
+	if last := answers[1][3]; !strings.HasPrefix(last, "429 ") {
+		t.Fatalf("an unknown client id is never locked out: %q", answers[1])
+	}
+	if written[0] != written[1] {
+		t.Fatalf("a known client id's failures wrote %d times, an unknown one's %d", written[0], written[1])
 	}
 }
 
 // TestTokenAttemptsWindow: failures further apart than the window never
-// lock a client out, and failures with unknown client ids are counted by
-// address alone.
+// lock a client out, and guessed client ids lock the address out.
 func TestTokenAttemptsWindow(t *testing.T) {
 	ns := startNATS(t)
 	clock := newStoppedClock(time.Date(2026, 11, 29, 9, 0, 0, 0, time.UTC))
-	o := bus.Options{Clock: clock, TokenAttempts: &bus.TokenAttempts{PerClient: 3, PerAddress: 5, Window: time.Minute}}
+	o := bus.Options{Clock: clock, TokenAttempts: &bus.TokenAttempts{PerClientAddress: 3, PerAddress: 5, Window: time.Minute}}
 	replicas := []*harness{newReplicaWith(t, ns, o, workspaceConfig("newsroom")), newReplicaWith(t, ns, o, workspaceConfig("newsroom"))}
 
 	// Two failures per window, for five windows: never three in one.
@@ -82,8 +161,10 @@ func TestTokenAttemptsWindow(t *testing.T) {
 
 	// Guessed client ids: five failures from this address lock the address
 	// out, whatever client id it sends next.
+	var guessed []string
 	for i := range 5 {
-		expect(t, replicas[i%2].tokenAnswer(t, uuid.NewString(), "guess"), http.StatusUnauthorized, rules.AuthCredentialsInvalid)
+		guessed = append(guessed, uuid.NewString())
+		expect(t, replicas[i%2].tokenAnswer(t, guessed[i], "guess"), http.StatusUnauthorized, rules.AuthCredentialsInvalid)
 	}
 	for _, h := range replicas {
 		a := h.tokenAnswer(t, "wire", wireSecret)
@@ -103,9 +184,16 @@ func TestTokenAttemptsWindow(t *testing.T) {
 	for k := range keys.Keys() {
 		got = append(got, k)
 	}
-	want := map[string]bool{limits.ClientAttemptsKey("cms"): true, limits.AddressAttemptsKey("127.0.0.1"): true}
-	if len(got) != len(want) || !want[got[0]] || !want[got[1]] {
-		t.Fatalf("keys %v, want %v", got, want)
+	// The address, cms from it (failed, and known from its success), and
+	// each guessed id from it: unknown ids are counted as known ones are.
+	want := map[string]bool{limits.AddressAttemptsKey("127.0.0.1"): true,
+		limits.ClientAddressAttemptsKey("cms", "127.0.0.1"): true, limits.KnownAddressKey("cms", "127.0.0.1"): true}
+	for _, id := range guessed {
+		want[limits.ClientAddressAttemptsKey(id, "127.0.0.1")] = true
+	}
+	slices.Sort(got)
+	if wantKeys := slices.Sorted(maps.Keys(want)); !slices.Equal(got, wantKeys) {
+		t.Fatalf("keys %v, want %v", got, wantKeys)
 	}
 	clock.Advance(time.Minute)
 	replicas[1].token(t, "newsroom", "wire", wireSecret)
@@ -145,7 +233,7 @@ func TestTokenEndpointWithOAuth2Client(t *testing.T) {
 	cfg.Connections = append(cfg.Connections, config.Connection{Name: "odd client", SecretHash: config.HashSecret(oddSecret)})
 	cfg.Connections = append(cfg.Connections, config.Connection{Name: "off", SecretHash: config.HashSecret(cmsSecret), Active: new(bool)})
 	cfg.Default()
-	h := newReplicaWith(t, ns, bus.Options{Clock: clock, TokenAttempts: &bus.TokenAttempts{PerClient: 3, Window: 10 * time.Minute}}, cfg)
+	h := newReplicaWith(t, ns, bus.Options{Clock: clock, TokenAttempts: &bus.TokenAttempts{PerClientAddress: 3, Window: 10 * time.Minute}}, cfg)
 	ctx := context.Background()
 
 	for _, style := range []oauth2.AuthStyle{oauth2.AuthStyleInHeader, oauth2.AuthStyleInParams} {

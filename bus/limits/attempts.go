@@ -31,7 +31,22 @@ func ClientAttemptsKey(clientID string) string { return "a.client." + store.Enco
 // AddressAttemptsKey returns the key of a source address's failed
 // attempts. An IPv6 address counts as its /64, which one host usually
 // holds whole: counting single addresses would let it rotate through them.
-func AddressAttemptsKey(addr string) string {
+func AddressAttemptsKey(addr string) string { return "a.addr." + addressToken(addr) }
+
+// ClientAddressAttemptsKey returns the key of a client id's failed
+// attempts from one source address (counted as AddressAttemptsKey counts
+// it).
+func ClientAddressAttemptsKey(clientID, addr string) string {
+	return "a.pair." + store.EncodeToken(clientID) + "." + addressToken(addr)
+}
+
+// KnownAddressKey returns the key that records a client id's success from
+// a source address.
+func KnownAddressKey(clientID, addr string) string {
+	return "a.known." + store.EncodeToken(clientID) + "." + addressToken(addr)
+}
+
+func addressToken(addr string) string {
 	if a, err := netip.ParseAddr(addr); err == nil {
 		a = a.Unmap()
 		if a.Is6() {
@@ -41,7 +56,39 @@ func AddressAttemptsKey(addr string) string {
 			addr = a.String()
 		}
 	}
-	return "a.addr." + store.EncodeToken(addr)
+	return store.EncodeToken(addr)
+}
+
+// known is what the bucket holds for a known address: when the client id
+// last succeeded from it.
+type known struct {
+	At int64 `json:"at"`
+}
+
+// KnownAddress reports whether the client id succeeded from the address
+// within the bucket's TTL (7 days).
+func (l *Limiter) KnownAddress(ctx context.Context, clientID, addr string) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, l.opTimeout)
+	defer cancel()
+	k, _, err := get[known](ctx, l.kv, KnownAddressKey(clientID, addr))
+	return k.At > 0, err
+}
+
+// RememberAddress records the client id's success from the address, once
+// a day at most: the key's TTL then keeps it for 7 days.
+func (l *Limiter) RememberAddress(ctx context.Context, clientID, addr string) error {
+	ctx, cancel := context.WithTimeout(ctx, l.opTimeout)
+	defer cancel()
+	key := KnownAddressKey(clientID, addr)
+	k, rev, err := get[known](ctx, l.kv, key)
+	now := l.clock.Now().UnixNano()
+	if err != nil || now-k.At < int64(24*time.Hour) {
+		return err
+	}
+	if _, err := l.put(ctx, key, known{At: now}, rev); err != nil && !isConflict(err) {
+		return err
+	}
+	return nil
 }
 
 // attempts is what the bucket holds for one attempts key.

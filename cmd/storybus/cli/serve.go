@@ -85,7 +85,8 @@ func (o *ServeOptions) bind(cmd *cobra.Command) {
 	f.DurationVar(&o.TopicRetention, "topic-retention", 0, "how long the topic keeps messages; 0 keeps them until the store's limits")
 	bindLogFlags(cmd, &o.LogFormat, &o.LogLevel)
 	f.BoolVar(&o.AccessLog, "access-log", true, "log one line per request on the publish port (--access-log=false turns it off)")
-	f.IntVar(&o.TokenAttempts.PerClient, "token-failures-per-client", bus.DefaultTokenAttempts.PerClient, "failed token requests with one client id, within --token-failure-window, that lock it out (0: no limit)")
+	f.IntVar(&o.TokenAttempts.PerClientAddress, "token-failures-per-client-address", bus.DefaultTokenAttempts.PerClientAddress, "failed token requests with one client id from one source address, within --token-failure-window, that lock the client id out from that address (0: no limit)")
+	f.IntVar(&o.TokenAttempts.PerClient, "token-failures-per-client", bus.DefaultTokenAttempts.PerClient, "failed token requests with one client id from all addresses, within --token-failure-window, after which only addresses it succeeded from may try it (0: no limit)")
 	f.IntVar(&o.TokenAttempts.PerAddress, "token-failures-per-address", bus.DefaultTokenAttempts.PerAddress, "failed token requests from one source address, within --token-failure-window, that lock it out (0: no limit)")
 	f.IntVar(&o.Consumers.PerConnection, "consumers-per-connection", bus.DefaultConsumerLimits.PerConnection, "durable consumers one connection may create through the consumer routes (0: no limit)")
 	f.DurationVar(&o.Consumers.InactiveThreshold, "consumer-inactive-threshold", bus.DefaultConsumerLimits.InactiveThreshold, "how long a durable consumer may go unused before it is removed (0: never)")
@@ -105,8 +106,8 @@ func (o *ServeOptions) validate() error {
 	if o.Consumers.PerConnection < 0 || o.Consumers.InactiveThreshold < 0 {
 		return usageError{errors.New("--consumers-per-connection and --consumer-inactive-threshold must be 0 or more")}
 	}
-	if a := o.TokenAttempts; a.PerClient < 0 || a.PerAddress < 0 || a.Window < time.Second {
-		return usageError{errors.New("--token-failures-per-client and --token-failures-per-address must be 0 or more, --token-failure-window at least 1s")}
+	if a := o.TokenAttempts; a.PerClientAddress < 0 || a.PerClient < 0 || a.PerAddress < 0 || a.Window < time.Second {
+		return usageError{errors.New("--token-failures-per-client-address, --token-failures-per-client and --token-failures-per-address must be 0 or more, --token-failure-window at least 1s")}
 	}
 	if o.Sync != SyncAlways && o.Sync != SyncInterval {
 		return usageError{fmt.Errorf("--sync must be %s or %s", SyncAlways, SyncInterval)}
