@@ -110,6 +110,7 @@ func TestUnknownAndKnownClientIDsAnswerAlike(t *testing.T) {
 	ns := startNATS(t)
 	clock := newStoppedClock(time.Date(2026, 11, 29, 9, 0, 0, 0, time.UTC))
 	h := newReplicaWith(t, ns, bus.Options{Clock: clock, TokenAttempts: &bus.TokenAttempts{PerClientAddress: 3, Window: 10 * time.Minute}}, workspaceConfig("newsroom"))
+	h.token(t, "newsroom", "wire", wireSecret) // the limits bucket is made on first use
 	kv, err := connectStore(t, ns).JS.KeyValue(context.Background(), limits.BucketName("newsroom"))
 	if err != nil {
 		t.Fatal(err)

@@ -2,6 +2,8 @@ package controllers
 
 import (
 	"encoding/json"
+	"maps"
+	"slices"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -69,6 +71,7 @@ func TestApplyConfigurationsOwnTheirMaps(t *testing.T) {
 				Env:          []corev1.EnvVar{{Name: "OTEL_SERVICE_NAME", Value: "bus"}},
 			}},
 			NetworkPolicy: &v1alpha1.TenantNetworkPolicy{},
+			Expose:        &v1alpha1.TenantExpose{Ingress: &v1alpha1.IngressExpose{Host: "bus.example.com", ClassName: "nginx"}},
 		},
 	}
 	withDefaults := &v1alpha1.Tenant{ObjectMeta: metav1.ObjectMeta{Name: "d", Namespace: "ns", UID: "v"}}
@@ -78,11 +81,17 @@ func TestApplyConfigurationsOwnTheirMaps(t *testing.T) {
 		BusEnv:         []corev1.EnvVar{{Name: "OTEL_EXPORTER_OTLP_ENDPOINT", Value: "http://collector:4317"}},
 		TrustedProxies: []string{"10.0.0.0/8"},
 		NetworkPolicy: NetworkPolicyOptions{Enabled: true,
-			PublishNamespaces: &metav1.LabelSelector{MatchLabels: map[string]string{"gateway": "yes"}}},
+			PublishNamespaces: &metav1.LabelSelector{MatchLabels: map[string]string{"gateway": "yes"}},
+			DNSPods:           map[string]string{"k8s-app": "kube-dns"}},
+		Monitoring: MonitoringOptions{PodMonitor: true, Labels: map[string]string{"release": "prometheus"}},
 	}
 	optionsBefore := o
 	optionsBefore.BusResources = *o.BusResources.DeepCopy()
 	optionsBefore.NetworkPolicy.PublishNamespaces = o.NetworkPolicy.PublishNamespaces.DeepCopy()
+	optionsBefore.NetworkPolicy.DNSPods = maps.Clone(o.NetworkPolicy.DNSPods)
+	optionsBefore.Monitoring.Labels = maps.Clone(o.Monitoring.Labels)
+	optionsBefore.BusEnv = slices.Clone(o.BusEnv)
+	optionsBefore.TrustedProxies = slices.Clone(o.TrustedProxies)
 
 	for _, tenant := range []*v1alpha1.Tenant{withEverything, withDefaults} {
 		before := tenant.DeepCopy()
@@ -92,12 +101,20 @@ func TestApplyConfigurationsOwnTheirMaps(t *testing.T) {
 		answerInto(t, desiredHTTPService(tenant))
 		answerInto(t, desiredOpsService(tenant))
 		answerInto(t, desiredConfigMap(tenant, []byte("workspace: x\n"), "hash"))
+		answerInto(t, desiredPodMonitor(tenant, o.Monitoring))
+		if tenant.Spec.Expose != nil {
+			answerInto(t, desiredIngress(tenant))
+		}
 		if !equality.Semantic.DeepEqual(tenant, before) {
 			t.Errorf("Tenant %s changed by an answer to its apply configurations:\n got %+v\nwant %+v", tenant.Name, tenant.Spec, before.Spec)
 		}
 	}
 	if !equality.Semantic.DeepEqual(o.BusResources, optionsBefore.BusResources) {
 		t.Errorf("the operator's default resources changed by an answer: got %v, want %v", o.BusResources, optionsBefore.BusResources)
+	}
+	if !equality.Semantic.DeepEqual(o.Monitoring, optionsBefore.Monitoring) || !equality.Semantic.DeepEqual(o.BusEnv, optionsBefore.BusEnv) ||
+		!slices.Equal(o.TrustedProxies, optionsBefore.TrustedProxies) {
+		t.Errorf("the operator's monitoring, environment or proxy defaults changed by an answer")
 	}
 	if !equality.Semantic.DeepEqual(o.NetworkPolicy, optionsBefore.NetworkPolicy) {
 		t.Errorf("the operator's NetworkPolicy defaults changed by an answer: got %+v, want %+v", o.NetworkPolicy, optionsBefore.NetworkPolicy)

@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"cmp"
 	"context"
 	"net/netip"
 	"net/url"
@@ -32,7 +33,19 @@ type NetworkPolicyOptions struct {
 	// OperatorNamespace may reach the operations port too (the operator's
 	// own namespace).
 	OperatorNamespace string
+	// DNSNamespace and DNSPods select the cluster's DNS servers, the only
+	// destinations of the bus pods' DNS egress; empty takes
+	// DefaultDNSNamespace and DefaultDNSPods.
+	DNSNamespace string
+	DNSPods      map[string]string
 }
+
+// The cluster DNS a NetworkPolicy's DNS egress goes to unless the operator
+// is told otherwise: kube-system's kube-dns (CoreDNS keeps the label).
+const DefaultDNSNamespace = "kube-system"
+
+// DefaultDNSPods selects the cluster DNS's pods in DefaultDNSNamespace.
+var DefaultDNSPods = map[string]string{"k8s-app": "kube-dns"}
 
 // defaultNATSPort is the port of a NATS URL that names none.
 const defaultNATSPort = 4222
@@ -57,8 +70,8 @@ func (r *TenantReconciler) reconcileNetworkPolicy(ctx context.Context, s *tenant
 
 // desiredNetworkPolicy lets into the bus pods only the publish port from
 // the sources the platform names and the operations port from the
-// monitoring and operator namespaces, and out of them only DNS and the
-// external NATS servers. The kubelet's probes are not subject to it.
+// monitoring and operator namespaces, and out of them only the cluster's
+// DNS servers and the external NATS servers. The kubelet's probes are not subject to it.
 func desiredNetworkPolicy(t *v1alpha1.Tenant, o NetworkPolicyOptions) *networkingv1ac.NetworkPolicyApplyConfiguration {
 	tcp, udp := corev1.ProtocolTCP, corev1.ProtocolUDP
 	port := func(proto corev1.Protocol, p intstr.IntOrString) *networkingv1ac.NetworkPolicyPortApplyConfiguration {
@@ -79,8 +92,15 @@ func desiredNetworkPolicy(t *v1alpha1.Tenant, o NetworkPolicyOptions) *networkin
 			WithFrom(opsFrom...))
 	}
 	dns := intstr.FromInt32(53)
+	dnsNamespace, dnsPods := cmp.Or(o.DNSNamespace, DefaultDNSNamespace), o.DNSPods
+	if len(dnsPods) == 0 {
+		dnsPods = DefaultDNSPods
+	}
 	egress := []*networkingv1ac.NetworkPolicyEgressRuleApplyConfiguration{
-		networkingv1ac.NetworkPolicyEgressRule().WithPorts(port(udp, dns), port(tcp, dns)),
+		networkingv1ac.NetworkPolicyEgressRule().WithPorts(port(udp, dns), port(tcp, dns)).
+			WithTo(networkingv1ac.NetworkPolicyPeer().
+				WithNamespaceSelector(metav1ac.LabelSelector().WithMatchLabels(map[string]string{corev1.LabelMetadataName: dnsNamespace})).
+				WithPodSelector(metav1ac.LabelSelector().WithMatchLabels(dnsPods))),
 	}
 	if st := t.Spec.Storage; st != nil && st.External != nil {
 		egress = append(egress, natsEgress(st.External.URL)...)

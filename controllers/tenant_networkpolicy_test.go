@@ -16,7 +16,7 @@ import (
 // TestTenantNetworkPolicy proves what a Tenant's NetworkPolicy lets in and
 // out: the publish port from the sources the Tenant names (else its own
 // namespace only), the operations port from the monitoring namespace only,
-// egress to DNS and to each external NATS server (by address, by Service
+// egress to the cluster's DNS servers and to each external NATS server (by address, by Service
 // namespace, or by port for a host name); none for a Tenant that does not
 // ask (the operator's default here), and the policy goes when the Tenant
 // turns it off.
@@ -53,7 +53,10 @@ func TestTenantNetworkPolicy(t *testing.T) {
 		return networkingv1.NetworkPolicyPeer{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: name}}}
 	}
 	ops := networkingv1.NetworkPolicyIngressRule{Ports: []networkingv1.NetworkPolicyPort{portOf(tcp, OpsPort)}, From: []networkingv1.NetworkPolicyPeer{nsPeer(DefaultMonitoringNamespace)}}
-	dns := networkingv1.NetworkPolicyEgressRule{Ports: []networkingv1.NetworkPolicyPort{portOf(udp, 53), portOf(tcp, 53)}}
+	// DNS only to the cluster's DNS servers, not to port 53 anywhere.
+	kubeDNS := nsPeer("kube-system")
+	kubeDNS.PodSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"k8s-app": "kube-dns"}}
+	dns := networkingv1.NetworkPolicyEgressRule{Ports: []networkingv1.NetworkPolicyPort{portOf(udp, 53), portOf(tcp, 53)}, To: []networkingv1.NetworkPolicyPeer{kubeDNS}}
 	want := map[string]networkingv1.NetworkPolicySpec{
 		"fenced": {
 			Ingress: []networkingv1.NetworkPolicyIngressRule{

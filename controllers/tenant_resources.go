@@ -54,7 +54,10 @@ const (
 	// OpsPort serves /healthz, /readyz and /metrics.
 	OpsPort = 8081
 
-	busContainer   = "bus"
+	busContainer = "bus"
+	// memoryLimitEnv passes the bus container's memory limit to
+	// storybus serve's --memory-limit.
+	memoryLimitEnv = "STORYBUS_MEMORY_LIMIT"
 	dataVolume     = "data"
 	defaultStorage = "10Gi"
 	busUID         = 65532
@@ -276,10 +279,17 @@ func desiredStatefulSet(t *v1alpha1.Tenant, o Options) *appsv1ac.StatefulSetAppl
 			WithReadOnlyRootFilesystem(true).
 			WithRunAsNonRoot(true).
 			WithCapabilities(corev1ac.Capabilities().WithDrop("ALL")))
+	env := busEnv(t, o)
 	if rr := busResources(t, o); rr != nil {
 		container = container.WithResources(rr)
+		// The bus keeps its Go heap under its memory limit (serve
+		// --memory-limit).
+		if rr.Limits != nil && hasKey(*rr.Limits, corev1.ResourceMemory) && !slices.ContainsFunc(env, func(e corev1.EnvVar) bool { return e.Name == memoryLimitEnv }) {
+			container = container.WithEnv(corev1ac.EnvVar().WithName(memoryLimitEnv).WithValueFrom(corev1ac.EnvVarSource().
+				WithResourceFieldRef(corev1ac.ResourceFieldSelector().WithContainerName(busContainer).WithResource("limits.memory"))))
+		}
 	}
-	for _, e := range busEnv(t, o) {
+	for _, e := range env {
 		container = container.WithEnv(toApplyConfiguration[corev1ac.EnvVarApplyConfiguration](&e))
 	}
 
@@ -332,6 +342,11 @@ func busResources(t *v1alpha1.Tenant, o Options) *corev1ac.ResourceRequirementsA
 		rr = rr.WithRequests(res.Requests)
 	}
 	return rr
+}
+
+func hasKey[K comparable, V any](m map[K]V, k K) bool {
+	_, ok := m[k]
+	return ok
 }
 
 // busEnv is the bus container's environment: the operator's defaults

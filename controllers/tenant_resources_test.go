@@ -188,6 +188,35 @@ func TestBusResources(t *testing.T) {
 	}
 }
 
+// TestBusMemoryLimitReachesTheBus proves a bus container with a memory
+// limit is told it (STORYBUS_MEMORY_LIMIT from its own limits.memory, which
+// serve turns into its Go memory limit), and one without a limit is not.
+func TestBusMemoryLimitReachesTheBus(t *testing.T) {
+	limited := corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")}}
+	for name, tc := range map[string]struct {
+		defaults corev1.ResourceRequirements
+		want     bool
+	}{
+		"a memory limit": {limited, true},
+		"requests only":  {corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("256Mi")}}, false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			tn := &v1alpha1.Tenant{ObjectMeta: metav1.ObjectMeta{Name: "n", Namespace: "ns", UID: "u"}}
+			c := renderedPod(t, desiredStatefulSet(tn, Options{BusImage: "img", BusResources: tc.defaults})).Spec.Containers[0]
+			i := slices.IndexFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "STORYBUS_MEMORY_LIMIT" })
+			if got := i >= 0; got != tc.want {
+				t.Fatalf("STORYBUS_MEMORY_LIMIT set %v, want %v: %+v", got, tc.want, c.Env)
+			}
+			if i >= 0 {
+				ref := c.Env[i].ValueFrom.ResourceFieldRef
+				if ref == nil || ref.Resource != "limits.memory" || ref.ContainerName != "bus" {
+					t.Fatalf("STORYBUS_MEMORY_LIMIT from %+v, want the bus container's limits.memory", c.Env[i].ValueFrom)
+				}
+			}
+		})
+	}
+}
+
 // renderedPod is the pod template of an apply configuration, as the API
 // server would read it.
 func renderedPod(t *testing.T, sts *appsv1ac.StatefulSetApplyConfiguration) corev1.PodTemplateSpec {

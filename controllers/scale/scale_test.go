@@ -139,22 +139,21 @@ func TestOperatorAtScale(t *testing.T) {
 	began := time.Now()
 	exited := make(chan error, 1)
 	go func() { exited <- operator.Wait() }()
-	var exitErr error
 	stopped := false
 	t.Cleanup(func() {
 		if !stopped {
 			_ = operator.Process.Kill()
 			<-exited
 		}
-		if t.Failed() && exitErr == nil {
+		if t.Failed() && !stopped {
 			t.Logf("operator logs:\n%s", logs.String())
 		}
 	})
 	operatorExited := func() {
 		select {
-		case exitErr = <-exited:
+		case err := <-exited:
 			stopped = true
-			t.Fatalf("the operator exited (%v) %s after it started; its log:\n%s", exitErr, time.Since(began).Round(time.Second), logs.String())
+			t.Fatalf("the operator exited (%v) %s after it started; its log:\n%s", err, time.Since(began).Round(time.Second), logs.String())
 		default:
 		}
 	}
@@ -233,13 +232,16 @@ func createAll(ctx context.Context, t *testing.T, k8s client.Client, ns string, 
 			}
 		})
 	}
+	// A failed check ends the test here: the writers still stop.
+	closeJobs := sync.OnceFunc(func() { close(jobs) })
+	defer closeJobs()
 	for i := range nTenants {
 		jobs <- i
 		if i%10 == 9 {
 			checkOperator()
 		}
 	}
-	close(jobs)
+	closeJobs()
 	wg.Wait()
 	select {
 	case err := <-errs:

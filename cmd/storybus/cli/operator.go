@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -52,7 +53,10 @@ type OperatorOptions struct {
 	// containers whose Tenant sets no spec.resources; empty sets none.
 	BusCPURequest    string
 	BusMemoryRequest string
-	ClusterDomain    string
+	// BusMemoryLimit is the memory limit of those containers; empty sets
+	// none. The bus sets its Go memory limit from it (GOMEMLIMIT).
+	BusMemoryLimit string
+	ClusterDomain  string
 	// MaxConcurrentReconciles is how many objects of one kind are
 	// reconciled at once; 0 means controller-runtime's default of one.
 	MaxConcurrentReconciles int
@@ -64,6 +68,10 @@ type OperatorOptions struct {
 	NetworkPolicyPublishNamespaces string
 	// NetworkPolicyMonitoringNamespace may reach Tenants' operations port.
 	NetworkPolicyMonitoringNamespace string
+	// NetworkPolicyDNSNamespace and NetworkPolicyDNSPods select the
+	// cluster DNS, the only destination of the bus pods' DNS egress.
+	NetworkPolicyDNSNamespace string
+	NetworkPolicyDNSPods      string
 	// OperatorNamespace is the operator's own namespace, which may reach
 	// Tenants' operations port too.
 	OperatorNamespace string
@@ -104,11 +112,14 @@ func (o *OperatorOptions) bind(cmd *cobra.Command) {
 	f.BoolVar(&o.BusPlatformUID, "bus-platform-uid", false, "leave the bus pods' user, group and fsGroup to the platform (OpenShift's restricted SCC assigns them) instead of the image's user 65532; they still run as non-root")
 	f.StringVar(&o.BusCPURequest, "bus-cpu-request", DefaultBusCPURequest, "CPU request of the bus pods of Tenants that set no spec.resources; empty sets none")
 	f.StringVar(&o.BusMemoryRequest, "bus-memory-request", DefaultBusMemoryRequest, "memory request of the bus pods of Tenants that set no spec.resources; empty sets none")
+	f.StringVar(&o.BusMemoryLimit, "bus-memory-limit", DefaultBusMemoryLimit, "memory limit of the bus pods of Tenants that set no spec.resources (the bus keeps its Go heap under nine tenths of it); empty sets none")
 	f.StringVar(&o.ClusterDomain, "cluster-domain", "cluster.local", "the cluster's DNS domain, for Tenants' status.endpoint")
 	f.IntVar(&o.MaxConcurrentReconciles, "max-concurrent-reconciles", DefaultMaxConcurrentReconciles, "objects of one kind reconciled at once (Tenants, Connections, …); reconciles wait mostly on the API server")
 	f.BoolVar(&o.NetworkPolicy, "network-policy", false, "render a NetworkPolicy for the bus pods of every Tenant that does not set spec.networkPolicy.enabled")
 	f.StringVar(&o.NetworkPolicyPublishNamespaces, "network-policy-publish-namespaces", "", "label selector of the namespaces (the platform's gateway or ingress) whose pods may reach the publish port of Tenants that set no spec.networkPolicy.publishFrom, e.g. kubernetes.io/metadata.name=gateway-system; empty allows the Tenant's own namespace only")
 	f.StringVar(&o.NetworkPolicyMonitoringNamespace, "network-policy-monitoring-namespace", controllers.DefaultMonitoringNamespace, "namespace whose pods may reach the bus pods' operations port (/metrics, /healthz, /readyz)")
+	f.StringVar(&o.NetworkPolicyDNSNamespace, "network-policy-dns-namespace", controllers.DefaultDNSNamespace, "namespace of the cluster DNS, the only destination of the bus pods' DNS egress")
+	f.StringVar(&o.NetworkPolicyDNSPods, "network-policy-dns-pods", "k8s-app=kube-dns", "labels (k=v,…) of the cluster DNS's pods in --network-policy-dns-namespace; empty takes k8s-app=kube-dns")
 	f.StringVar(&o.OperatorNamespace, "operator-namespace", "", "the operator's own namespace, whose pods may reach the bus pods' operations port too")
 	f.StringVar(&o.ExposeGateway, "expose-gateway", "", "the platform's Gateway (namespace/name) that the HTTPRoute of a Tenant whose spec.expose.gateway names no parentRefs attaches to")
 	f.StringSliceVar(&o.TrustedProxies, "trusted-proxies", nil, "CIDRs of the proxies (the Gateway's or ingress controller's pods) whose X-Forwarded-For the bus pods of Tenants that set no spec.trustedProxies believe; empty trusts none")
@@ -142,9 +153,13 @@ const DefaultMaxConcurrentReconciles = 4
 const (
 	DefaultBusCPURequest    = "100m"
 	DefaultBusMemoryRequest = "256Mi"
+	// DefaultBusMemoryLimit keeps a runaway bus from pressing on its node:
+	// an idle bus is about 80 MiB, one evaluation of a workspace's Rego at
+	// most about 320 MiB.
+	DefaultBusMemoryLimit = "1Gi"
 )
 
-// busResources are the requests the flags give bus containers.
+// busResources are the requests and limits the flags give bus containers.
 func (o *OperatorOptions) busResources() (corev1.ResourceRequirements, error) {
 	var rr corev1.ResourceRequirements
 	for _, r := range []struct {
@@ -162,6 +177,16 @@ func (o *OperatorOptions) busResources() (corev1.ResourceRequirements, error) {
 			rr.Requests = corev1.ResourceList{}
 		}
 		rr.Requests[r.name] = q
+	}
+	if o.BusMemoryLimit != "" {
+		q, err := resource.ParseQuantity(o.BusMemoryLimit)
+		if err != nil {
+			return rr, usageError{fmt.Errorf("--bus-memory-limit %q: not a Kubernetes quantity such as 1Gi", o.BusMemoryLimit)}
+		}
+		if req, ok := rr.Requests[corev1.ResourceMemory]; ok && req.Cmp(q) > 0 {
+			return rr, usageError{fmt.Errorf("--bus-memory-limit %s is below --bus-memory-request %s", o.BusMemoryLimit, o.BusMemoryRequest)}
+		}
+		rr.Limits = corev1.ResourceList{corev1.ResourceMemory: q}
 	}
 	return rr, nil
 }
@@ -321,6 +346,12 @@ func RunOperator(ctx context.Context, o OperatorOptions, cfg *rest.Config, log l
 		Enabled:             o.NetworkPolicy,
 		MonitoringNamespace: o.NetworkPolicyMonitoringNamespace,
 		OperatorNamespace:   o.OperatorNamespace,
+		DNSNamespace:        o.NetworkPolicyDNSNamespace,
+	}
+	if o.NetworkPolicyDNSPods != "" {
+		if np.DNSPods, err = labels.ConvertSelectorToLabelsMap(o.NetworkPolicyDNSPods); err != nil {
+			return usageError{fmt.Errorf("--network-policy-dns-pods %q: want labels such as k8s-app=kube-dns", o.NetworkPolicyDNSPods)}
+		}
 	}
 	if o.NetworkPolicyPublishNamespaces != "" {
 		if np.PublishNamespaces, err = metav1.ParseToLabelSelector(o.NetworkPolicyPublishNamespaces); err != nil {

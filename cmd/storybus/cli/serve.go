@@ -11,12 +11,14 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/storybus/storybus/bus"
 	"github.com/storybus/storybus/bus/config"
@@ -43,6 +45,10 @@ type ServeOptions struct {
 	LogLevel       string
 	// AccessLog writes one log line per request on the publish port.
 	AccessLog bool
+	// MemoryLimit is the memory the bus may use (its container's limit,
+	// which the operator passes as STORYBUS_MEMORY_LIMIT); the Go memory
+	// limit is set to nine tenths of it unless GOMEMLIMIT is set.
+	MemoryLimit string
 	// TokenAttempts limits failed attempts at the token endpoint.
 	TokenAttempts bus.TokenAttempts
 	// TLSCertFile and TLSKeyFile, when set, make the publish port serve
@@ -84,6 +90,7 @@ func (o *ServeOptions) bind(cmd *cobra.Command) {
 	f.DurationVar(&o.SyncInterval, "sync-interval", 0, "fsync period of what is not fsynced on write: every write with --sync=interval (default 2m), the records bucket with --sync=always (default 10s)")
 	f.DurationVar(&o.TopicRetention, "topic-retention", 0, "how long the topic keeps messages; 0 keeps them until the store's limits")
 	bindLogFlags(cmd, &o.LogFormat, &o.LogLevel)
+	f.StringVar(&o.MemoryLimit, "memory-limit", "", "the memory the bus may use, in bytes or as a Kubernetes quantity (1Gi): the Go heap is kept under nine tenths of it unless GOMEMLIMIT is set; empty sets nothing")
 	f.BoolVar(&o.AccessLog, "access-log", true, "log one line per request on the publish port (--access-log=false turns it off)")
 	f.IntVar(&o.TokenAttempts.PerClientAddress, "token-failures-per-client-address", bus.DefaultTokenAttempts.PerClientAddress, "failed token requests with one client id from one source address, within --token-failure-window, that lock the client id out from that address (0: no limit)")
 	f.IntVar(&o.TokenAttempts.PerClient, "token-failures-per-client", bus.DefaultTokenAttempts.PerClient, "failed token requests with one client id from all addresses, within --token-failure-window, after which only addresses it succeeded from may try it (0: no limit)")
@@ -169,6 +176,23 @@ func newServeCommand() *cobra.Command {
 	return cmd
 }
 
+// applyMemoryLimit sets the Go memory limit to nine tenths of limit (a
+// Kubernetes quantity or bytes), leaving the rest to the stacks, the
+// embedded store's buffers and the runtime; it returns the limit set, 0
+// when limit is empty or GOMEMLIMIT is set (the runtime has read it).
+func applyMemoryLimit(limit string) (int64, error) {
+	if limit == "" || os.Getenv("GOMEMLIMIT") != "" {
+		return 0, nil
+	}
+	q, err := resource.ParseQuantity(limit)
+	if err != nil || q.Value() <= 0 {
+		return 0, fmt.Errorf("--memory-limit %q: want bytes or a quantity such as 1Gi", limit)
+	}
+	set := q.Value() / 10 * 9
+	debug.SetMemoryLimit(set)
+	return set, nil
+}
+
 // Serve runs the bus until ctx ends: the store (embedded or external), the
 // publish API and the operations endpoints. ready, when set, is called with
 // the bound addresses once both listen.
@@ -179,6 +203,11 @@ func Serve(ctx context.Context, o ServeOptions, cfgs []*config.Workspace, log *s
 		if o.TopicRetention != 0 && o.TopicRetention < cfg.IdempotencyWindow.Duration {
 			return usageError{fmt.Errorf("--topic-retention %s is shorter than workspace %q's idempotencyWindow %s", o.TopicRetention, cfg.ID, cfg.IdempotencyWindow.Duration)}
 		}
+	}
+	if limit, err := applyMemoryLimit(o.MemoryLimit); err != nil {
+		return usageError{err}
+	} else if limit > 0 {
+		log.Info("Go memory limit set", "bytes", limit, "from", "--memory-limit")
 	}
 	if o.NATSURL != "" && (o.NATSListen != "" || o.Sync != SyncAlways || o.SyncInterval != 0) {
 		log.Warn("--sync, --sync-interval and --nats-listen apply to the embedded store only; the external cluster's own configuration decides")
