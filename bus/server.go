@@ -76,6 +76,9 @@ type Options struct {
 	Consumers *ConsumerLimits
 	// RequestTimeout bounds a whole publish; default 10s.
 	RequestTimeout time.Duration
+	// BodyBytesInFlight bounds the bytes of request bodies being read at
+	// once, across workspaces; 0 takes DefaultBodyBytesInFlight.
+	BodyBytesInFlight int64
 	// Logger receives the bus's log lines; those about a request carry its
 	// requestID.
 	Logger *slog.Logger
@@ -104,7 +107,9 @@ type Server struct {
 	// bearerStages and iamStages are the publish routes' stages 2 to 9,
 	// with a bearer token or an AWS signature as stage 3.
 	bearerStages, iamStages []stage
-	engine                  *gin.Engine
+	// bodyBytes are the bytes reserved by the bodies being read.
+	bodyBytes atomic.Int64
+	engine    *gin.Engine
 	// rejected holds, by file, configurations whose last load failed.
 	rejectedMu sync.Mutex
 	rejected   map[string]rejection
@@ -139,6 +144,9 @@ func New(o Options) *Server {
 	if o.RequestTimeout <= 0 {
 		o.RequestTimeout = 10 * time.Second
 	}
+	if o.BodyBytesInFlight <= 0 {
+		o.BodyBytesInFlight = DefaultBodyBytesInFlight
+	}
 	log := slog.New(requestIDs{o.Logger.Handler()})
 	s := &Server{opts: o, attempts: DefaultTokenAttempts, log: log, access: o.AccessLog, metrics: o.Metrics, tokens: auth.NewCache(maxCachedTokens)}
 	if o.TracerProvider != nil {
@@ -151,7 +159,7 @@ func New(o Options) *Server {
 	if o.Consumers != nil {
 		s.consumers = *o.Consumers
 	}
-	s.bearerStages, s.iamStages = s.stages(s.authenticate), s.stages(s.authenticateIAM)
+	s.bearerStages, s.iamStages = s.stages(s.authenticate, false), s.stages(s.authenticateIAM, true)
 	s.workspaces.Store(&map[string]*workspace{})
 	s.engine = s.routes()
 	s.metrics.Registry.MustRegister(stateCollector{s})

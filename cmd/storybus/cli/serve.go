@@ -18,6 +18,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/spf13/cobra"
+	"golang.org/x/net/netutil"
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/storybus/storybus/bus"
@@ -49,6 +50,9 @@ type ServeOptions struct {
 	// which the operator passes as STORYBUS_MEMORY_LIMIT); the Go memory
 	// limit is set to nine tenths of it unless GOMEMLIMIT is set.
 	MemoryLimit string
+	// MaxConnections bounds the publish port's open connections; 0 means
+	// no bound.
+	MaxConnections int
 	// TokenAttempts limits failed attempts at the token endpoint.
 	TokenAttempts bus.TokenAttempts
 	// TLSCertFile and TLSKeyFile, when set, make the publish port serve
@@ -90,6 +94,7 @@ func (o *ServeOptions) bind(cmd *cobra.Command) {
 	f.DurationVar(&o.SyncInterval, "sync-interval", 0, "fsync period of what is not fsynced on write: every write with --sync=interval (default 2m), the records bucket with --sync=always (default 10s)")
 	f.DurationVar(&o.TopicRetention, "topic-retention", 0, "how long the topic keeps messages; 0 keeps them until the store's limits")
 	bindLogFlags(cmd, &o.LogFormat, &o.LogLevel)
+	f.IntVar(&o.MaxConnections, "max-connections", DefaultMaxConnections, "open connections the publish port serves at once; more wait to be accepted (0: no bound)")
 	f.StringVar(&o.MemoryLimit, "memory-limit", "", "the memory the bus may use, in bytes or as a Kubernetes quantity (1Gi): the Go heap is kept under nine tenths of it unless GOMEMLIMIT is set; empty sets nothing")
 	f.BoolVar(&o.AccessLog, "access-log", true, "log one line per request on the publish port (--access-log=false turns it off)")
 	f.IntVar(&o.TokenAttempts.PerClientAddress, "token-failures-per-client-address", bus.DefaultTokenAttempts.PerClientAddress, "failed token requests with one client id from one source address, within --token-failure-window, that lock the client id out from that address (0: no limit)")
@@ -109,6 +114,9 @@ func (o *ServeOptions) bind(cmd *cobra.Command) {
 func (o *ServeOptions) validate() error {
 	if err := validateLogFlags(o.LogFormat, o.LogLevel); err != nil {
 		return err
+	}
+	if o.MaxConnections < 0 {
+		return usageError{errors.New("--max-connections must be 0 or more")}
 	}
 	if o.Consumers.PerConnection < 0 || o.Consumers.InactiveThreshold < 0 {
 		return usageError{errors.New("--consumers-per-connection and --consumer-inactive-threshold must be 0 or more")}
@@ -175,6 +183,11 @@ func newServeCommand() *cobra.Command {
 	readEnv(cmd)
 	return cmd
 }
+
+// DefaultMaxConnections is --max-connections' default: with
+// bus.StalledConnectionBytes each, at most about 640 MiB held by clients
+// that have not been admitted.
+const DefaultMaxConnections = 10_000
 
 // applyMemoryLimit sets the Go memory limit to nine tenths of limit (a
 // Kubernetes quantity or bytes), leaving the rest to the stacks, the
@@ -328,6 +341,11 @@ func Serve(ctx context.Context, o ServeOptions, cfgs []*config.Workspace, log *s
 	apiLn, err := net.Listen("tcp", o.Listen)
 	if err != nil {
 		return err
+	}
+	if o.MaxConnections > 0 {
+		// Past it, new connections wait in the kernel's backlog: what the
+		// publish port's clients hold is bounded (docs/security.md).
+		apiLn = netutil.LimitListener(apiLn, o.MaxConnections)
 	}
 	opsLn, err := net.Listen("tcp", o.OpsListen)
 	if err != nil {
