@@ -40,9 +40,12 @@ dev: ## Run the bus on the sample workspace with embedded JetStream.
 	$(GO) run ./cmd/storybus dev
 
 .PHONY: tools
-tools: ## Build kube-apiserver, etcd and helm from the Go module proxy into bin/; install promtool when missing.
-	hack/envtest-binaries.sh
+tools: envtest-tools ## Build kube-apiserver, etcd and helm from the Go module proxy into bin/; install promtool when missing.
 	hack/promtool.sh
+
+.PHONY: envtest-tools
+envtest-tools: ## Build kube-apiserver, etcd and helm from the Go module proxy into bin/.
+	hack/envtest-binaries.sh
 
 # controller-gen comes from its own pinned module (hack/tools/controller-gen),
 # never from the root go.mod; it is rebuilt when that module changes.
@@ -121,7 +124,7 @@ test: tools ## Run every test once: unit, integration (embedded JetStream, envte
 	$(MAKE) fuzz
 
 .PHONY: race
-race: tools ## Run the tests of every package whose code runs concurrently under the race detector (go test -race).
+race: envtest-tools ## Run the tests of every package whose code runs concurrently under the race detector (go test -race).
 	KUBEBUILDER_ASSETS=$(BIN) $(GO) test -race $(GOTEST_FLAGS) $(RACE_PKGS)
 
 .PHONY: fuzz
