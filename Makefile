@@ -148,6 +148,10 @@ bench: ## Benchmark publishing through the bus against HTTP relay and raw JetStr
 	$(GO) run ./cmd/storybus bench --sync always
 	$(GO) run ./cmd/storybus bench --sync interval
 
+.PHONY: bench-isolation
+bench-isolation: ## Benchmark a workspace's p99 alone and while another is flooded (a deadline-tripping module, 10x its rate limit).
+	$(GO) test -run='^$$' -bench='^BenchmarkNeighbourUnderFlood$$' -benchtime=1x ./bus/
+
 .PHONY: docs
 docs: ## Regenerate the generated docs (docs/rules.md).
 	$(GO) test ./bus/rules/ -run TestDocMatchesCatalogue -update

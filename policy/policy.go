@@ -184,7 +184,7 @@ func (e *Engine) Update(ctx context.Context, cfg *config.Workspace) error {
 	}
 	next.cfg = cfg
 	next.timeout = cmp.Or(cfg.PolicyTimeout.Duration, DefaultTimeout)
-	if n := cmp.Or(cfg.PolicyConcurrency, DefaultConcurrency); prev != nil && cap(prev.slots) == n {
+	if n := cmp.Or(cfg.PolicyConcurrency, DefaultConcurrency()); prev != nil && cap(prev.slots) == n {
 		next.slots = prev.slots
 	} else {
 		next.slots = make(chan struct{}, n)

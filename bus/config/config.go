@@ -94,8 +94,8 @@ type Workspace struct {
 	PolicyTimeout Duration `json:"policyTimeout,omitzero"`
 	// PolicyConcurrency bounds the evaluations of the workspace's own
 	// modules that run at once in one bus, from 1 to 64; zero takes the
-	// policy package's default (4). Past it a publish is answered 503
-	// policy.busy, never queued.
+	// policy package's default (half the bus's cores). Past it a publish
+	// is answered 503 policy.busy, never queued.
 	PolicyConcurrency int `json:"policyConcurrency,omitempty"`
 	// Connections are the producers and consumers allowed in.
 	Connections []Connection `json:"connections,omitempty"`

@@ -234,7 +234,7 @@ var policyRules = []Rule{
 		Meaning: "The workspace's own policy modules did not decide within the workspace's policy deadline (policyTimeout, 100 ms by default), or their built-in calls went past their cost bounds (docs/policy.md). Nothing was recorded or published.",
 		Fix:     "Retry with the same message_id and body, honouring Retry-After. If it persists, the workspace's policy is too slow for this message: tell the workspace admin."},
 	{ID: PolicyBusy, Status: http.StatusServiceUnavailable, Source: SourcePolicy, Stage: 12, Retry: retryBackoff,
-		Meaning: "As many evaluations of the workspace's own policy modules as the workspace may run at once in this bus (policyConcurrency, 4 by default) were running. Nothing was recorded or published; nothing waits in a queue.",
+		Meaning: "As many evaluations of the workspace's own policy modules as the workspace may run at once in this bus (policyConcurrency, by default half its cores) were running. Nothing was recorded or published; nothing waits in a queue.",
 		Fix:     "Retry with the same message_id and body, honouring Retry-After. If it persists, the workspace publishes faster than its policy decides: tell the workspace admin."},
 	{ID: CommitContention, Status: http.StatusConflict, Source: SourcePolicy, Stage: 13, Retry: "With a fresh snapshot",
 		Meaning: "Another writer changed the story at the same moment. Nothing was recorded for this message.",
