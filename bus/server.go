@@ -107,9 +107,11 @@ type Server struct {
 	// bearerStages and iamStages are the publish routes' stages 2 to 9,
 	// with a bearer token or an AWS signature as stage 3.
 	bearerStages, iamStages []stage
-	// bodyBytes are the bytes reserved by the bodies being read.
-	bodyBytes atomic.Int64
-	engine    *gin.Engine
+	// bodyBytes are the bytes reserved by the bodies being read after
+	// authentication, signedBodyBytes by those read before it (the
+	// AWS-signed route).
+	bodyBytes, signedBodyBytes atomic.Int64
+	engine                     *gin.Engine
 	// rejected holds, by file, configurations whose last load failed.
 	rejectedMu sync.Mutex
 	rejected   map[string]rejection

@@ -98,6 +98,10 @@ func lockedOut(ctx context.Context, l *limits.Limiter, k attemptKeys, clientID, 
 	return guarded, nil
 }
 
+// maxClientIDBytes is the longest client id the token endpoint looks up.
+// The operator's are a Connection's namespace and name (at most 317 bytes).
+const maxClientIDBytes = 512
+
 // unknownClient stands in for a client id the workspace does not have, so
 // that checking a secret takes the same work either way.
 var unknownClient = config.Connection{SecretHash: config.HashSecret("no client has this secret: it is never compared as true")}
@@ -151,6 +155,11 @@ func (s *Server) token(c *gin.Context) {
 			return
 		}
 		tokenError(c, 0, rules.New(rules.AuthCredentialsInvalid, "send the client id and secret with HTTP Basic authentication (client_secret_basic) or as client_id and client_secret in the body (client_secret_post)", ""))
+		return
+	}
+	if len(tr.clientID) > maxClientIDBytes {
+		// No workspace has one so long: refused before the store sees it.
+		tokenError(c, 0, rules.New(rules.AuthCredentialsInvalid, "unknown client id or wrong secret", ""))
 		return
 	}
 	// Locked out first: once a limit is reached, the right secret is

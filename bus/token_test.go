@@ -141,6 +141,11 @@ func TestUnknownAndKnownClientIDsAnswerAlike(t *testing.T) {
 	if written[0] != written[1] {
 		t.Fatalf("a known client id's failures wrote %d times, an unknown one's %d", written[0], written[1])
 	}
+	// A client id longer than any a workspace has is refused before the
+	// store sees it: one so long would not fit in a store request, whose
+	// refusal closed the bus's store connection for good.
+	expect(t, h.tokenAnswer(t, strings.Repeat("x", 3_500), "wrong-secret-0123456789abcdef0123456789"), http.StatusUnauthorized, rules.AuthCredentialsInvalid)
+	h.token(t, "newsroom", "wire", wireSecret)
 }
 
 // TestTokenAttemptsWindow: failures further apart than the window never

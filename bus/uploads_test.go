@@ -89,3 +89,39 @@ func inUse() int64 {
 	runtime.ReadMemStats(&m)
 	return int64(m.HeapInuse + m.StackInuse)
 }
+
+// TestStalledSignedUploadsLeaveTheBearerRouteAlone stalls uploads on the
+// AWS-signed route, which reads a body before authenticating it, until its
+// pool of body bytes is full: the next one is answered 503 at once, and a
+// producer with a bearer token, whose body is read from the other pool,
+// still publishes.
+func TestStalledSignedUploadsLeaveTheBearerRouteAlone(t *testing.T) {
+	h := newHarness(t, func(o *bus.Options) { o.BodyBytesInFlight = 1 << 20 }) // a quarter for the signed route
+	tok := h.token(t, "newsroom", "cms", cmsSecret)
+	u, _ := url.Parse(h.http.URL)
+	head := []byte("POST /v1/tenants/newsroom/iam/messages HTTP/1.1\r\nHost: bus\r\nContent-Type: application/json\r\nContent-Length: 200000\r\n\r\n")
+	var stalled []net.Conn
+	defer func() {
+		for _, c := range stalled {
+			_ = c.Close()
+		}
+	}()
+	for range 2 {
+		c, err := net.Dial("tcp", u.Host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stalled = append(stalled, c)
+		if _, err := c.Write(append(head, bytes.Repeat([]byte(" "), 1_000)...)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The first holds 200,000 of the signed route's 262,144 bytes: the
+	// second is refused at once (its answer is waiting).
+	_ = stalled[1].SetReadDeadline(time.Now().Add(10 * time.Second))
+	res, err := http.ReadResponse(bufio.NewReader(stalled[1]), nil)
+	if err != nil || res.StatusCode != http.StatusServiceUnavailable || res.Header.Get("Retry-After") == "" {
+		t.Fatalf("the second stalled signed upload: %v %v", res, err)
+	}
+	expect(t, h.post(t, "newsroom", tok, snapshot("", "story-1", 1, "cms")), http.StatusAccepted, "")
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp/syntax"
 	"strings"
 	"sync/atomic"
 	"unicode/utf8"
@@ -107,7 +108,10 @@ var estimates = map[string]estimate{
 		return n + sep*members(arg(a, 1)), n, nil
 	},
 	"sprintf": func(a []*ast.Term) (int64, int64, error) {
-		n := int64(len(str(a, 0))) + size(arg(a, 1)) + widths(str(a, 0))
+		// A * takes its width or precision from the arguments, up to
+		// fmt's own bound of a million.
+		stars := int64(strings.Count(str(a, 0), "*")) * 1e6
+		n := int64(len(str(a, 0))) + size(arg(a, 1)) + widths(str(a, 0)) + stars
 		return n, n, nil
 	},
 	"numbers.range": func(a []*ast.Term) (int64, int64, error) {
@@ -134,7 +138,23 @@ var estimates = map[string]estimate{
 		return out, out, nil
 	},
 	"json.patch": func(a []*ast.Term) (int64, int64, error) {
-		return size(arg(a, 0)), members(arg(a, 1)) * size(arg(a, 0)), nil
+		// A copy or a move can double the document, an add adds its
+		// value: the document's size op by op, at most.
+		doc, work := size(arg(a, 0)), int64(0)
+		if ops, ok := arg(a, 1).(*ast.Array); ok {
+			ops.Foreach(func(op *ast.Term) {
+				if o, ok := op.Value.(ast.Object); ok {
+					switch v := o.Get(ast.StringTerm("op")); {
+					case v != nil && (v.Value.Compare(ast.String("copy")) == 0 || v.Value.Compare(ast.String("move")) == 0):
+						doc = min(2*doc, 1<<50)
+					default:
+						doc += size(o)
+					}
+				}
+				work += doc
+			})
+		}
+		return doc, work, nil
 	},
 	"object.union_n": func(a []*ast.Term) (int64, int64, error) {
 		return size(arg(a, 0)), members(arg(a, 0)) * size(arg(a, 0)), nil
@@ -195,16 +215,56 @@ var sharesArguments = map[string]bool{
 	"array.slice": true, "json.filter": true, "json.remove": true, "substring": true,
 }
 
+// patternSize is what a pattern costs per byte of text: its compiled
+// program's instructions for a regular expression (a{1000} is 7 bytes and
+// a thousand instructions), its length for a glob; past maxPatternSize it
+// is refused, since OPA keeps compiled patterns in a process-wide cache.
+func patternSize(builtin, pattern string) (int64, error) {
+	if builtin == "glob.match" {
+		return int64(len(pattern)) + 1, nil
+	}
+	re, err := syntax.Parse(pattern, syntax.Perl)
+	if err != nil {
+		return int64(len(pattern)) + 1, nil // OPA reports the bad pattern itself
+	}
+	n := instructions(re)
+	if n > maxPatternSize {
+		return 0, topdown.Halt{Err: fmt.Errorf("%w (a pattern of more than %d instructions)", errCost, maxPatternSize)}
+	}
+	return n, nil
+}
+
+// instructions estimates the compiled size of a parsed expression without
+// compiling it (a compiled a{1000}{1000} would be a million instructions):
+// a repetition counts its maximum times its body.
+func instructions(re *syntax.Regexp) int64 {
+	n := int64(1)
+	for _, sub := range re.Sub {
+		n += instructions(sub)
+	}
+	if re.Op == syntax.OpRepeat {
+		n *= int64(max(re.Max, re.Min, 1))
+	}
+	return min(n, 1<<40)
+}
+
+// maxPatternSize bounds a regular expression's compiled program.
+const maxPatternSize = 10_000
+
 func init() {
 	for name, text := range patternTimesText {
 		estimates[name] = func(a []*ast.Term) (int64, int64, error) {
 			pattern, s := str(a, 0), str(a, text)
+			repl := int64(1)
 			if name == "regex.replace" {
 				pattern, s = str(a, 1), str(a, 0)
-				repl := int64(len(str(a, 2)))
-				return int64(len(s)) * max(repl, 1), int64(len(pattern)+1) * int64(len(s)+1), nil
+				repl = max(int64(len(str(a, 2))), 1)
 			}
-			return int64(len(s)), int64(len(pattern)+1) * int64(len(s)+1), nil
+			inst, err := patternSize(name, pattern)
+			if err != nil {
+				return 0, 0, err
+			}
+			return int64(len(s)) * repl, inst * int64(len(s)+1), nil
 		}
 	}
 	// The guards wrap OPA's own implementations in OPA's registry of
@@ -249,7 +309,10 @@ func guarded(fn topdown.BuiltinFunc, est estimate, shallow bool) topdown.Builtin
 			}
 		}
 		return fn(bctx, args, func(t *ast.Term) error {
-			n := size(t.Value)
+			if longest(t.Value, maxWalk) > maxDigits {
+				return digitsWithin(maxDigits + 1)
+			}
+			n := sizeWithin(t.Value, b.left.Load()+1)
 			if shallow {
 				n = 16 * (1 + members(t.Value))
 			}
@@ -277,26 +340,41 @@ func localTime(a []*ast.Term) (int64, int64, error) {
 // array or set argument, is a number of more than maxDigits digits.
 func numbersWithin(args []*ast.Term) error {
 	for _, a := range args {
-		if err := digitsWithin(digits(a.Value)); err != nil {
-			return err
-		}
-		var err error
-		each := func(x *ast.Term) {
-			if err == nil {
-				err = digitsWithin(digits(x.Value))
-			}
-		}
-		switch v := a.Value.(type) {
-		case *ast.Array:
-			v.Foreach(each)
-		case ast.Set:
-			v.Foreach(each)
-		}
-		if err != nil {
-			return err
+		if longest(a.Value, maxWalk) > maxDigits {
+			return digitsWithin(maxDigits + 1)
 		}
 	}
 	return nil
+}
+
+// maxWalk bounds the values longest visits in one argument.
+const maxWalk = 1 << 20
+
+// longest is the most digits of a number in v, at any depth, visiting at
+// most budget values (a value too large to visit counts as too long).
+func longest(v ast.Value, budget int) int64 {
+	var most int64
+	var visit func(v ast.Value)
+	visit = func(v ast.Value) {
+		if budget--; budget < 0 {
+			most = maxDigits + 1
+			return
+		}
+		switch v := v.(type) {
+		case ast.Number:
+			most = max(most, int64(len(v)))
+		case *ast.Array:
+			for i := 0; i < v.Len() && budget >= 0; i++ {
+				visit(v.Elem(i).Value)
+			}
+		case ast.Object:
+			v.Foreach(func(k, x *ast.Term) { visit(k.Value); visit(x.Value) })
+		case ast.Set:
+			v.Foreach(func(x *ast.Term) { visit(x.Value) })
+		}
+	}
+	visit(v)
+	return most
 }
 
 func digitsWithin(d int64) error {
@@ -414,6 +492,41 @@ func size(v ast.Value) int64 {
 		return n
 	}
 	return 16
+}
+
+// sizeWithin is size(v), or limit when it is at least that: it stops
+// walking a value whose members are shared many times over (OPA builds
+// [a, a] of a without copying it), whose full size could be exponential.
+func sizeWithin(v ast.Value, limit int64) int64 {
+	var n int64
+	var visit func(v ast.Value)
+	visit = func(v ast.Value) {
+		if n >= limit {
+			return
+		}
+		switch v := v.(type) {
+		case ast.String:
+			n += int64(len(v))
+		case ast.Number:
+			n += int64(len(v))
+		case *ast.Array:
+			n += 16
+			for i := 0; i < v.Len() && n < limit; i++ {
+				n += 16
+				visit(v.Elem(i).Value)
+			}
+		case ast.Object:
+			n += 16
+			v.Foreach(func(k, x *ast.Term) { n += 16; visit(k.Value); visit(x.Value) })
+		case ast.Set:
+			n += 16
+			v.Foreach(func(x *ast.Term) { n += 16; visit(x.Value) })
+		default:
+			n += 16
+		}
+	}
+	visit(v)
+	return min(n, limit)
 }
 
 // nodes counts the values in v and its deepest nesting, from depth.

@@ -89,6 +89,8 @@ var refusedNames = []struct{ name, why string }{
 	{"graphql.*", whyCost},               // parsing and validation super-linear in crafted queries; no use on a bus
 	{"regex.globs_match", whyCost},       // intersecting two patterns' automata: exponential
 	{"rego.parse_module", whyCost},       // the Rego parser on a message: recursion as deep as the text
+	{"yaml.unmarshal", whyCost},          // aliases expand a document many times over in one call
+	{"yaml.is_valid", whyCost},           // the same decoder
 }
 
 // refusal says why workspace modules may not call the built-in, or "" if

@@ -2,6 +2,7 @@ package limits
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"net/netip"
 	"time"
@@ -26,7 +27,7 @@ type AttemptKey struct {
 
 // ClientAttemptsKey returns the key of a client id's failed attempts in
 // its workspace's limits bucket.
-func ClientAttemptsKey(clientID string) string { return "a.client." + store.EncodeToken(clientID) }
+func ClientAttemptsKey(clientID string) string { return "a.client." + clientToken(clientID) }
 
 // AddressAttemptsKey returns the key of a source address's failed
 // attempts. An IPv6 address counts as its /64, which one host usually
@@ -37,13 +38,21 @@ func AddressAttemptsKey(addr string) string { return "a.addr." + addressToken(ad
 // attempts from one source address (counted as AddressAttemptsKey counts
 // it).
 func ClientAddressAttemptsKey(clientID, addr string) string {
-	return "a.pair." + store.EncodeToken(clientID) + "." + addressToken(addr)
+	return "a.pair." + clientToken(clientID) + "." + addressToken(addr)
 }
 
 // KnownAddressKey returns the key that records a client id's success from
 // a source address.
 func KnownAddressKey(clientID, addr string) string {
-	return "a.known." + store.EncodeToken(clientID) + "." + addressToken(addr)
+	return "a.known." + clientToken(clientID) + "." + addressToken(addr)
+}
+
+// clientToken is a client id as a key token of fixed length: the first
+// 16 bytes of its SHA-256, so that any client id a request sends, known or
+// not, makes a key of the same short size.
+func clientToken(clientID string) string {
+	sum := sha256.Sum256([]byte(clientID))
+	return store.EncodeToken(string(sum[:16]))
 }
 
 func addressToken(addr string) string {
