@@ -188,8 +188,7 @@ func (s *Server) consumerStart(c *gin.Context, withBody bool) (*consumeRequest, 
 	r := &consumeRequest{request: request{c: c, ws: ws, cfg: ws.cfg.Load(), rateOnly: true}, name: c.Param("name")}
 	stages := []stage{{"authentication", s.authenticate}, {"connection, firewall and limits", s.gate}}
 	if withBody {
-		// The body is read only once the token is verified.
-		stages = []stage{{"size", declaredSize}, {"authentication", s.authenticate}, {"body", s.readBody}, {"connection, firewall and limits", s.gate}}
+		stages = append(s.bodyAfterToken(s.authenticate), stages[1:]...)
 	} else if c.GetHeader("Content-Type") == "" {
 		// A pull has no body: the firewall's content types, which are
 		// about bodies, judge it as the JSON it answers with.

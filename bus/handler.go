@@ -123,7 +123,7 @@ func runStages(r *request, stages []stage) bool {
 // the bus hold none of its bytes; signedBody routes (AWS Signature V4,
 // whose signature covers the body) read it before authenticating.
 func (s *Server) stages(auth func(*request) outcome, signedBody bool) []stage {
-	first := []stage{{"size", declaredSize}, {"authentication", auth}, {"body", s.readBody}}
+	first := s.bodyAfterToken(auth)
 	if signedBody {
 		first = []stage{{"size", s.readSignedBody}, {"authentication", auth}}
 	}
@@ -134,6 +134,12 @@ func (s *Server) stages(auth func(*request) outcome, signedBody bool) []stage {
 		{"som", validate},
 		{"grants", s.grants},
 	}...)
+}
+
+// bodyAfterToken are stages 2 and 3 of a route whose body is read only once
+// the request is authenticated: the declared size, auth, then the body.
+func (s *Server) bodyAfterToken(auth func(*request) outcome) []stage {
+	return []stage{{"size", declaredSize}, {"authentication", auth}, {"body", s.readBody}}
 }
 
 func one(v rules.Violation) []rules.Violation { return []rules.Violation{v} }

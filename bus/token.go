@@ -98,10 +98,6 @@ func lockedOut(ctx context.Context, l *limits.Limiter, k attemptKeys, clientID, 
 	return guarded, nil
 }
 
-// maxClientIDBytes is the longest client id the token endpoint looks up.
-// The operator's are a Connection's namespace and name (at most 317 bytes).
-const maxClientIDBytes = 512
-
 // unknownClient stands in for a client id the workspace does not have, so
 // that checking a secret takes the same work either way.
 var unknownClient = config.Connection{SecretHash: config.HashSecret("no client has this secret: it is never compared as true")}
@@ -157,8 +153,9 @@ func (s *Server) token(c *gin.Context) {
 		tokenError(c, 0, rules.New(rules.AuthCredentialsInvalid, "send the client id and secret with HTTP Basic authentication (client_secret_basic) or as client_id and client_secret in the body (client_secret_post)", ""))
 		return
 	}
-	if len(tr.clientID) > maxClientIDBytes {
-		// No workspace has one so long: refused before the store sees it.
+	if len(tr.clientID) > config.MaxClientIDBytes {
+		// No workspace has one so long (Validate refuses it): refused
+		// before the store sees it.
 		tokenError(c, 0, rules.New(rules.AuthCredentialsInvalid, "unknown client id or wrong secret", ""))
 		return
 	}

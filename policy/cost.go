@@ -123,7 +123,8 @@ var estimates = map[string]estimate{
 		return 24 * n, n, nil
 	},
 	"json.marshal_with_options": func(a []*ast.Term) (int64, int64, error) {
-		n, deepest := nodes(arg(a, 0), 1)
+		m := measure(arg(a, 0), EvalBudget+1)
+		n, deepest := m.values, m.depth
 		indent := int64(0)
 		if opts, ok := arg(a, 1).(ast.Object); ok {
 			for _, k := range []string{"prefix", "indent"} {
@@ -134,7 +135,7 @@ var estimates = map[string]estimate{
 				}
 			}
 		}
-		out := size(arg(a, 0)) + n*indent*deepest
+		out := m.size + n*indent*deepest
 		return out, out, nil
 	},
 	"json.patch": func(a []*ast.Term) (int64, int64, error) {
@@ -269,8 +270,10 @@ func init() {
 	}
 	// The guards wrap OPA's own implementations in OPA's registry of
 	// built-ins, which the evaluator reads: the process's one user of OPA
-	// is this package. The bus's own modules call the same built-ins
-	// unguarded (their evaluations carry no budget).
+	// is this package. Evaluations of the bus's own modules alone carry no
+	// budget and run unguarded; the one that runs a workspace's modules
+	// (stage 12, with the bus's ownership rules) is guarded whole.
+	//
 	// OPA hands a built-in declared CanSkipBctx an empty context: a guard
 	// needs the evaluation's, which carries its budget.
 	for _, name := range TenantBuiltins() {
@@ -309,12 +312,13 @@ func guarded(fn topdown.BuiltinFunc, est estimate, shallow bool) topdown.Builtin
 			}
 		}
 		return fn(bctx, args, func(t *ast.Term) error {
-			if longest(t.Value, maxWalk) > maxDigits {
-				return digitsWithin(maxDigits + 1)
-			}
-			n := sizeWithin(t.Value, b.left.Load()+1)
-			if shallow {
-				n = 16 * (1 + members(t.Value))
+			n := 16 * (1 + members(t.Value))
+			if !shallow {
+				m := measure(t.Value, b.left.Load()+1)
+				if err := digitsWithin(m.digits); err != nil {
+					return err
+				}
+				n = m.size
 			}
 			if err := b.charge(n); err != nil {
 				return err
@@ -337,44 +341,37 @@ func localTime(a []*ast.Term) (int64, int64, error) {
 }
 
 // numbersWithin stops the evaluation when an argument, or a member of an
-// array or set argument, is a number of more than maxDigits digits.
+// array or set argument, is a number of more than maxDigits digits. Deeper
+// numbers came from the message or from a built-in's result, both checked
+// already (inputWithin, guarded).
 func numbersWithin(args []*ast.Term) error {
 	for _, a := range args {
-		if longest(a.Value, maxWalk) > maxDigits {
-			return digitsWithin(maxDigits + 1)
+		if err := digitsWithin(digits(a.Value)); err != nil {
+			return err
+		}
+		var err error
+		each := func(x *ast.Term) {
+			if err == nil {
+				err = digitsWithin(digits(x.Value))
+			}
+		}
+		switch v := a.Value.(type) {
+		case *ast.Array:
+			v.Foreach(each)
+		case ast.Set:
+			v.Foreach(each)
+		}
+		if err != nil {
+			return err
 		}
 	}
 	return nil
 }
 
-// maxWalk bounds the values longest visits in one argument.
-const maxWalk = 1 << 20
-
-// longest is the most digits of a number in v, at any depth, visiting at
-// most budget values (a value too large to visit counts as too long).
-func longest(v ast.Value, budget int) int64 {
-	var most int64
-	var visit func(v ast.Value)
-	visit = func(v ast.Value) {
-		if budget--; budget < 0 {
-			most = maxDigits + 1
-			return
-		}
-		switch v := v.(type) {
-		case ast.Number:
-			most = max(most, int64(len(v)))
-		case *ast.Array:
-			for i := 0; i < v.Len() && budget >= 0; i++ {
-				visit(v.Elem(i).Value)
-			}
-		case ast.Object:
-			v.Foreach(func(k, x *ast.Term) { visit(k.Value); visit(x.Value) })
-		case ast.Set:
-			v.Foreach(func(x *ast.Term) { visit(x.Value) })
-		}
-	}
-	visit(v)
-	return most
+// inputWithin stops an evaluation of a workspace's modules whose input
+// holds a number of more than maxDigits digits, at any depth.
+func inputWithin(input ast.Value) error {
+	return digitsWithin(measure(input, EvalBudget+1).digits)
 }
 
 func digitsWithin(d int64) error {
@@ -467,84 +464,50 @@ func members(v ast.Value) int64 {
 	return 0
 }
 
-// size is what a value counts against the budget: strings and numbers by
-// their length, arrays, objects and sets by their members plus 16 bytes
-// each.
-func size(v ast.Value) int64 {
-	switch v := v.(type) {
-	case ast.String:
-		return int64(len(v))
-	case ast.Number:
-		return int64(len(v))
-	case *ast.Array:
-		n := int64(16)
-		for i := range v.Len() {
-			n += 16 + size(v.Elem(i).Value)
-		}
-		return n
-	case ast.Object:
-		n := int64(16)
-		v.Foreach(func(k, x *ast.Term) { n += 16 + size(k.Value) + size(x.Value) })
-		return n
-	case ast.Set:
-		n := int64(16)
-		v.Foreach(func(x *ast.Term) { n += 16 + size(x.Value) })
-		return n
-	}
-	return 16
-}
+// shape is what a walk of a value found: its size against the budget
+// (strings and numbers by their length, arrays, objects and sets by their
+// members plus 16 bytes each), how many values it holds, its deepest
+// nesting and its longest number.
+type shape struct{ size, values, depth, digits int64 }
 
-// sizeWithin is size(v), or limit when it is at least that: it stops
-// walking a value whose members are shared many times over (OPA builds
-// [a, a] of a without copying it), whose full size could be exponential.
-func sizeWithin(v ast.Value, limit int64) int64 {
-	var n int64
-	var visit func(v ast.Value)
-	visit = func(v ast.Value) {
-		if n >= limit {
+// measure walks v until its size reaches limit, and then stops: OPA
+// builds [a, a] of a without copying a, so the full size of a value made
+// of shared members could be exponential in the work that made it.
+func measure(v ast.Value, limit int64) shape {
+	var m shape
+	var visit func(v ast.Value, depth int64)
+	visit = func(v ast.Value, depth int64) {
+		if m.size >= limit {
 			return
 		}
+		m.values++
+		m.depth = max(m.depth, depth)
 		switch v := v.(type) {
 		case ast.String:
-			n += int64(len(v))
+			m.size += int64(len(v))
 		case ast.Number:
-			n += int64(len(v))
+			m.size += int64(len(v))
+			m.digits = max(m.digits, int64(len(v)))
 		case *ast.Array:
-			n += 16
-			for i := 0; i < v.Len() && n < limit; i++ {
-				n += 16
-				visit(v.Elem(i).Value)
+			m.size += 16
+			for i := 0; i < v.Len() && m.size < limit; i++ {
+				m.size += 16
+				visit(v.Elem(i).Value, depth+1)
 			}
 		case ast.Object:
-			n += 16
-			v.Foreach(func(k, x *ast.Term) { n += 16; visit(k.Value); visit(x.Value) })
+			m.size += 16
+			v.Foreach(func(k, x *ast.Term) { m.size += 16; visit(k.Value, depth+1); visit(x.Value, depth+1) })
 		case ast.Set:
-			n += 16
-			v.Foreach(func(x *ast.Term) { n += 16; visit(x.Value) })
+			m.size += 16
+			v.Foreach(func(x *ast.Term) { m.size += 16; visit(x.Value, depth+1) })
 		default:
-			n += 16
+			m.size += 16
 		}
 	}
-	visit(v)
-	return min(n, limit)
+	visit(v, 1)
+	m.size = min(m.size, limit)
+	return m
 }
 
-// nodes counts the values in v and its deepest nesting, from depth.
-func nodes(v ast.Value, depth int64) (n, deepest int64) {
-	n, deepest = 1, depth
-	visit := func(x ast.Value) {
-		c, d := nodes(x, depth+1)
-		n, deepest = n+c, max(deepest, d)
-	}
-	switch v := v.(type) {
-	case *ast.Array:
-		for i := range v.Len() {
-			visit(v.Elem(i).Value)
-		}
-	case ast.Object:
-		v.Foreach(func(_, x *ast.Term) { visit(x.Value) })
-	case ast.Set:
-		v.Foreach(func(x *ast.Term) { visit(x.Value) })
-	}
-	return n, deepest
-}
+// size is what a value counts against the budget, up to just past it.
+func size(v ast.Value) int64 { return measure(v, EvalBudget+1).size }

@@ -342,6 +342,9 @@ func eval(ctx context.Context, timeout time.Duration, q rego.PreparedEvalQuery, 
 	}
 	ectx := ctx
 	if timeout > 0 {
+		if err := inputWithin(value); err != nil {
+			return fmt.Errorf("%w: %w", ErrTimeout, err)
+		}
 		var cancel context.CancelFunc
 		ectx, cancel = context.WithTimeout(withBudget(ctx), timeout)
 		defer cancel()

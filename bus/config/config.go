@@ -331,6 +331,10 @@ func (w *Workspace) Connection(name string) (*Connection, bool) {
 	return nil, false
 }
 
+// MaxClientIDBytes bounds a connection's client id: the token endpoint
+// refuses a longer one before it looks anything up.
+const MaxClientIDBytes = 512
+
 // ConnectionByClientID returns the connection with the OAuth2 client id.
 func (w *Workspace) ConnectionByClientID(id string) (*Connection, bool) {
 	for i := range w.Connections {
@@ -568,6 +572,9 @@ func (w *Workspace) Validate() error {
 		}
 		if names[c.Name] {
 			add("connections[%d].name %q is used twice", i, c.Name)
+		}
+		if len(c.ClientID) > MaxClientIDBytes {
+			add("connections[%d].clientID is %d bytes, over %d", i, len(c.ClientID), MaxClientIDBytes)
 		}
 		if clients[c.ClientID] {
 			add("connections[%d].clientID %q is used twice", i, c.ClientID)

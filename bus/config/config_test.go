@@ -48,15 +48,18 @@ tokenTTL: 1s
 signingKey: short
 ownership: {notOwner: sometimes, owners: [{storyIDPattern: "(", systemID: cms}]}
 firewall: {blockedPatterns: ["["]}
+policyConcurrency: 65
 connections:
   - {name: a, secretHash: md5:abc}
   - {name: a}
+  - {name: long, clientID: ` + strings.Repeat("x", 513) + `}
 `))
 	if err == nil {
 		t.Fatal("accepted")
 	}
 	for _, want := range []string{"DNS label", "under the minimum of 168h", "signingKey", "tolerate or refuse",
-		"storyIDPattern", "blockedPatterns", "64 lower-case hex", `"a" is used twice`, "tokenTTL"} {
+		"storyIDPattern", "blockedPatterns", "64 lower-case hex", `"a" is used twice`, "tokenTTL",
+		"policyConcurrency 65", "clientID is 513 bytes, over 512"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error lacks %q:\n%v", want, err)
 		}
