@@ -89,7 +89,15 @@ func TestInstallUpgradeUninstall(t *testing.T) {
 	tenant := &v1alpha1.Tenant{ObjectMeta: metav1.ObjectMeta{Namespace: tenantNS, Name: "newsroom"}}
 	create(t, ctx, k8s, tenant)
 	checkOperatorRights(t, ctx, k8s, releaseNamespace, "storybus-operator", tenantNS, false)
-	runOperator(t, ctx, k8s, kubeconfig, releaseNamespace, "storybus-operator", tenantNS)
+	// Confined by the chart's admission policy to the objects it makes,
+	// the operator still reconciles a Tenant that uses every kind it
+	// writes.
+	installKindsTheOperatorWrites(t, cfg)
+	checkOperatorConfined(t, ctx, k8s, cfg, releaseNamespace, "storybus-operator")
+	fullNS := "frontpage"
+	create(t, ctx, k8s, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: fullNS}})
+	fullTenant(t, ctx, k8s, fullNS)
+	runOperator(t, ctx, k8s, kubeconfig, releaseNamespace, "storybus-operator", tenantNS, func() { checkFullTenant(t, ctx, k8s, fullNS) })
 
 	// A second release, scoped to one namespace: its rules are Roles there,
 	// it can read no Secret elsewhere, and its operator still runs a
@@ -100,7 +108,7 @@ func TestInstallUpgradeUninstall(t *testing.T) {
 		"--set", "crds.install=false,rbac.aggregateClusterRoles=false", "--set", "watchNamespaces={"+scopedTenantNS+"}")
 	create(t, ctx, k8s, &v1alpha1.Tenant{ObjectMeta: metav1.ObjectMeta{Namespace: scopedTenantNS, Name: scopedTenantNS}})
 	checkOperatorRights(t, ctx, k8s, scopedNS, "scoped-storybus-operator", scopedTenantNS, true)
-	runOperator(t, ctx, k8s, kubeconfig, scopedNS, "scoped-storybus-operator", scopedTenantNS)
+	runOperator(t, ctx, k8s, kubeconfig, scopedNS, "scoped-storybus-operator", scopedTenantNS, nil)
 	mustHelm(t, "uninstall", "scoped", "--kubeconfig", kubeconfig, "--namespace", scopedNS)
 
 	// Upgrade to a chart whose Tenant CRD has one more field.
@@ -194,12 +202,19 @@ func checkOperatorRights(t *testing.T, ctx context.Context, k8s client.Client, n
 	}
 	checks := []access{
 		{"list", "bus.storybus.io", "tenants", tenantNS, true},
-		{"update", "bus.storybus.io", "tenants/status", tenantNS, true},
-		{"create", "apps", "statefulsets", tenantNS, true},
+		{"patch", "bus.storybus.io", "tenants/status", tenantNS, true},
+		{"patch", "apps", "statefulsets", tenantNS, true},
 		{"create", "", "secrets", tenantNS, true},
 		{"get", "", "secrets", tenantNS, true},
 		{"update", "", "secrets", tenantNS, true},
-		{"create", "networking.k8s.io", "networkpolicies", tenantNS, true},
+		{"patch", "networking.k8s.io", "networkpolicies", tenantNS, true},
+		// Only the verbs it uses: server-side apply creates (create) and
+		// changes (patch) what it makes; Secrets alone are updated.
+		{"create", "apps", "statefulsets", tenantNS, true},
+		{"update", "apps", "statefulsets", tenantNS, false},
+		{"update", "", "configmaps", tenantNS, false},
+		{"update", "bus.storybus.io", "tenants/status", tenantNS, false},
+		{"update", "bus.storybus.io", "tenants", tenantNS, false},
 		{"watch", "", "pods", tenantNS, true},
 		{"create", "coordination.k8s.io", "leases", ns, true},
 		{"create", "authentication.k8s.io", "tokenreviews", "", true},
@@ -420,7 +435,7 @@ func checkNotes(t *testing.T, out string) {
 // tenantNS/tenantNS and holds the leader election Lease. The bus's
 // StatefulSet must run the chart's --bus-image the way the Dockerfile
 // builds it.
-func runOperator(t *testing.T, ctx context.Context, k8s client.Client, kubeconfig, ns, name, tenantNS string) {
+func runOperator(t *testing.T, ctx context.Context, k8s client.Client, kubeconfig, ns, name, tenantNS string, andThen func()) {
 	t.Helper()
 	var d appsv1.Deployment
 	mustGet(t, ctx, k8s, ns, name, &d)
@@ -499,6 +514,9 @@ func runOperator(t *testing.T, ctx context.Context, k8s client.Client, kubeconfi
 		}
 		return nil
 	})
+	if andThen != nil {
+		andThen()
+	}
 }
 
 // impersonating writes a copy of kubeconfig that acts as user.

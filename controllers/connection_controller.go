@@ -65,7 +65,7 @@ type refsObservation struct {
 }
 
 // +kubebuilder:rbac:groups=bus.storybus.io,resources=connections,verbs=get;list;watch
-// +kubebuilder:rbac:groups=bus.storybus.io,resources=connections/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=bus.storybus.io,resources=connections/status,verbs=get;patch
 // +kubebuilder:rbac:groups=bus.storybus.io,resources=connections/finalizers,verbs=update
 
 // Reconcile keeps one Connection's credentials and status.

@@ -27,7 +27,7 @@ type GrantReconciler struct {
 }
 
 // +kubebuilder:rbac:groups=bus.storybus.io,resources=grants,verbs=get;list;watch
-// +kubebuilder:rbac:groups=bus.storybus.io,resources=grants/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=bus.storybus.io,resources=grants/status,verbs=get;patch
 
 // Reconcile reports whether one Grant's references resolve.
 func (r *GrantReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, err error) {

@@ -28,7 +28,7 @@ type OwnershipPolicyReconciler struct {
 }
 
 // +kubebuilder:rbac:groups=bus.storybus.io,resources=ownershippolicies,verbs=get;list;watch
-// +kubebuilder:rbac:groups=bus.storybus.io,resources=ownershippolicies/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=bus.storybus.io,resources=ownershippolicies/status,verbs=get;patch
 
 // Reconcile reports whether one OwnershipPolicy is valid and resolves.
 func (r *OwnershipPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, err error) {

@@ -8,9 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -154,14 +152,9 @@ func runSuite(m *testing.M) int {
 // gatewayAPICRDs are the standard-channel CRD files the HTTPRoute test
 // needs, from the sigs.k8s.io/gateway-api module go.mod pins.
 func gatewayAPICRDs() ([]string, error) {
-	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/gateway-api").Output()
+	paths, err := testutil.GatewayAPICRDs()
 	if err != nil {
 		return nil, fmt.Errorf("find the sigs.k8s.io/gateway-api module: %w", err)
-	}
-	dir := filepath.Join(strings.TrimSpace(string(out)), "config", "crd", "standard")
-	var paths []string
-	for _, kind := range []string{"gatewayclasses", "gateways", "httproutes", "referencegrants"} {
-		paths = append(paths, filepath.Join(dir, "gateway.networking.k8s.io_"+kind+".yaml"))
 	}
 	return paths, nil
 }

@@ -103,16 +103,16 @@ type tenantScope struct {
 	expose *exposeObservation
 }
 
-// +kubebuilder:rbac:groups=bus.storybus.io,resources=tenants,verbs=get;list;watch;update;patch
-// +kubebuilder:rbac:groups=bus.storybus.io,resources=tenants/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=bus.storybus.io,resources=tenants,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=bus.storybus.io,resources=tenants/status,verbs=get;patch
 // +kubebuilder:rbac:groups=bus.storybus.io,resources=tenants/finalizers,verbs=update
-// +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups="",resources=services;configmaps,verbs=get;list;watch;create;update;patch
+// +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups="",resources=services;configmaps,verbs=get;list;watch;create;patch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;delete
-// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch
-// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch;update
-// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch;update
+// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 
 // Reconcile brings one Tenant's bus to its spec.
 func (r *TenantReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, err error) {

@@ -57,8 +57,8 @@ type exposeObservation struct {
 	ingress *networkingv1.Ingress
 }
 
-// +kubebuilder:rbac:groups=gateway.networking.k8s.io,resources=httproutes,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups=networking.k8s.io,resources=ingresses,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=gateway.networking.k8s.io,resources=httproutes,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups=networking.k8s.io,resources=ingresses,verbs=get;list;watch;create;patch;delete
 
 // reconcileExpose writes the HTTPRoute or Ingress spec.expose asks for and
 // deletes the one of the other kind (or both, without spec.expose) that the

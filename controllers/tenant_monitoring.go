@@ -23,7 +23,7 @@ import (
 // PodMonitor, reports PrometheusOperatorNotInstalled while it does not,
 // and starts watching PodMonitors the first time it does.
 //
-// +kubebuilder:rbac:groups=monitoring.coreos.com,resources=podmonitors,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=monitoring.coreos.com,resources=podmonitors,verbs=get;list;watch;create;patch;delete
 
 // podMonitorGVK is the Prometheus Operator's PodMonitor.
 var podMonitorGVK = schema.GroupVersionKind{Group: "monitoring.coreos.com", Version: "v1", Kind: "PodMonitor"}

@@ -50,7 +50,7 @@ var DefaultDNSPods = map[string]string{"k8s-app": "kube-dns"}
 // defaultNATSPort is the port of a NATS URL that names none.
 const defaultNATSPort = 4222
 
-// +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;patch;delete
 
 // reconcileNetworkPolicy applies the Tenant's NetworkPolicy, or deletes the
 // one it controls when the Tenant no longer wants it. A NetworkPolicy of

@@ -33,7 +33,7 @@ import (
 // CertManagerNotInstalled while it is not, and starts watching Certificates
 // the first time it is.
 //
-// +kubebuilder:rbac:groups=cert-manager.io,resources=certificates,verbs=get;list;watch;create;update;patch
+// +kubebuilder:rbac:groups=cert-manager.io,resources=certificates,verbs=get;list;watch;create;patch
 
 // TLSDir is where a bus pod mounts its TLS Secret: a volume of its own,
 // which kubelet updates in place when the Secret is renewed, so the bus

@@ -2,9 +2,7 @@ package controllers
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -217,16 +215,5 @@ func certManagerDir(t *testing.T) string {
 // version the tools module hack/tools/<tool> pins.
 func pinnedModuleDir(t *testing.T, tool, module string) string {
 	t.Helper()
-	cmd := exec.Command("go", "mod", "download", "-json", module)
-	cmd.Dir = filepath.Join("..", "hack", "tools", tool)
-	cmd.Env = append(cmd.Environ(), "GOWORK=off", "GOFLAGS=-mod=readonly")
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("go mod download %s: %v", module, err)
-	}
-	var m struct{ Dir, Error string }
-	if err := json.Unmarshal(out, &m); err != nil || m.Dir == "" {
-		t.Fatalf("go mod download %s: %s (%v)", module, out, err)
-	}
-	return m.Dir
+	return testutil.PinnedModuleDir(t, "..", tool, module)
 }

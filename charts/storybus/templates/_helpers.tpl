@@ -99,3 +99,12 @@ operator's map flags (--pod-monitor-labels).
 {{- end }}
 {{- join "," $l }}
 {{- end }}
+
+{{/*
+An image's repository: the reference without its tag or digest
+("ghcr.io/storybus/storybus:1.2" and "…@sha256:…" are
+"ghcr.io/storybus/storybus"; a registry's port is kept).
+*/}}
+{{- define "storybus.imageRepository" -}}
+{{- regexReplaceAll "(@sha256:[0-9a-f]+|:[^:/@]+)$" . "" }}
+{{- end }}
