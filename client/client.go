@@ -229,12 +229,15 @@ func (c *Client) keep(m *Message, e *Error) *Error {
 	if c.outbox == nil {
 		return e
 	}
+	// Kept before it is put, so that the entry's reason says it is.
+	e.Kept = true
 	entry, err := c.outbox.Put(m, e, c.clock.Now())
 	if err != nil {
+		e.Kept = false
 		e.Err = errors.Join(e.Err, fmt.Errorf("keeping it in the outbox failed: %w", err))
 		return e
 	}
-	e.Kept, e.OutboxEntry = true, entry.ID
+	e.OutboxEntry = entry.ID
 	return e
 }
 
@@ -375,8 +378,8 @@ func (c *Client) drain(ctx context.Context, key string) (out []ResendResult, blo
 			moved, _ := c.outbox.refuse(en, e)
 			out = append(out, ResendResult{Entry: moved, Err: e})
 		default:
-			_ = c.outbox.update(en, e)
 			e.Kept, e.OutboxEntry = true, en.ID
+			_ = c.outbox.update(en, e)
 			if e.NeedsAlert() && c.onAlert != nil {
 				c.onAlert(e)
 			}

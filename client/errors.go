@@ -41,6 +41,14 @@ var ErrHeld = errors.New("held behind an earlier message of its story kept in th
 // the client could read: a timeout, a network error or a cut connection.
 var ErrNoAnswer = errors.New("no answer from the bus")
 
+// ErrUntrustedCertificate is the cause of an *Error for a request that got
+// no answer because the bus's TLS certificate is not trusted: it does not
+// chain to the trusted roots (TLSFiles.CAFile, or the system's), names
+// another host, or has expired. That is configuration, never retried: the
+// same certificate is refused on every attempt. A message is kept in the
+// outbox, since the bus never judged it.
+var ErrUntrustedCertificate = errors.New("the bus's TLS certificate is not trusted")
+
 // Violation is one entry of an answer's violations or tolerated list.
 type Violation struct {
 	// Source is schema, conformance, sequence or policy.
@@ -149,9 +157,16 @@ func (e *Error) Refused() bool {
 }
 
 // Temporary reports whether the failure is of the kind a later resend can
-// fix: no answer, 429 or 5xx.
+// fix: no answer, 429 or 5xx. A certificate the client does not trust is
+// not: it is configuration (ErrUntrustedCertificate).
 func (e *Error) Temporary() bool {
-	return (e.Status == 0 && e.Err != nil) || retryableStatus(e.Status)
+	return (e.Status == 0 && e.Err != nil && !e.untrusted()) || retryableStatus(e.Status)
+}
+
+// untrusted reports whether the cause is a bus certificate the client does
+// not trust.
+func (e *Error) untrusted() bool {
+	return e.Status == 0 && errors.Is(e.Err, ErrUntrustedCertificate)
 }
 
 // Rebuild reports whether the answer asks for a new snapshot, built from
@@ -164,9 +179,11 @@ func (e *Error) Rebuild() bool {
 
 // NeedsAlert reports whether a person must act: a bug in the producing
 // product (400, 413, a reused message_id) or configuration (a 401 after a
-// fresh token, 403).
+// fresh token, 403, a bus certificate the client does not trust).
 func (e *Error) NeedsAlert() bool {
 	switch {
+	case e.untrusted():
+		return true
 	case e.Status == http.StatusBadRequest, e.Status == http.StatusRequestEntityTooLarge,
 		e.Status == http.StatusUnauthorized, e.Status == http.StatusForbidden:
 		return true
@@ -179,6 +196,12 @@ func (e *Error) NeedsAlert() bool {
 // Advice says what the producer should do next, for logs.
 func (e *Error) Advice() string {
 	switch {
+	case e.untrusted():
+		advice := "configuration: give the client the CA that signed the bus's certificate (TLSFiles.CAFile, --ca-file) or fix the certificate; not retried"
+		if e.Kept {
+			advice += "; kept in the outbox for a later resend"
+		}
+		return advice
 	case e.OAuth2 == OAuth2UnauthorizedClient:
 		return "configuration: the connection may not get tokens; alert an administrator"
 	case e.OAuth2 != "" && e.Status == http.StatusBadRequest:
@@ -240,8 +263,9 @@ const (
 	// producing product.
 	ClassInvalid
 	// ClassNotAllowed: 401 after a fresh token, 403, a connection that may
-	// not get tokens (unauthorized_client), or a story owned by another
-	// system. For an administrator.
+	// not get tokens (unauthorized_client), a story owned by another
+	// system, or a bus certificate the client does not trust. For an
+	// administrator.
 	ClassNotAllowed
 	// ClassStoryChanged: a snapshot refused as stale, contended or
 	// superseded.
@@ -273,7 +297,7 @@ func (c Class) String() string {
 // Class returns the failure's user-facing class.
 func (e *Error) Class() Class {
 	switch {
-	case e.OAuth2 == OAuth2UnauthorizedClient:
+	case e.OAuth2 == OAuth2UnauthorizedClient, e.untrusted():
 		return ClassNotAllowed
 	case e.Status == http.StatusBadRequest, e.Status == http.StatusRequestEntityTooLarge:
 		return ClassInvalid

@@ -13,13 +13,19 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/storybus/storybus/client"
+	"github.com/storybus/storybus/config/samples"
 )
 
 // sandbox starts a bus for an example: a real one, on an embedded
-// JetStream in a temporary directory, serving workspace "newsroom" with the
-// producer connection cms and the consumer connection reader.
+// JetStream in a temporary directory, serving `storybus dev`'s sample
+// workspace "newsroom" with its connections cms and wire. While
+// TestDocsRunInSequence runs, it is that test's bus instead, which the
+// examples share.
 func sandbox() (url string, stop func()) {
-	b, err := startBus()
+	if docsBus != nil {
+		return docsBus.URL, func() {}
+	}
+	b, err := startSampleBus()
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -31,7 +37,7 @@ func sandbox() (url string, stop func()) {
 func Example_producer() {
 	busURL, stop := sandbox()
 	defer stop()
-	secret := cmsSecret
+	secret := samples.CMSSecret
 	outboxDir, _ := os.MkdirTemp("", "outbox-")
 	defer os.RemoveAll(outboxDir)
 
@@ -56,12 +62,12 @@ func Example_producer() {
 
 	// Build the message once and keep it: every retry sends these bytes.
 	snapshot, err := client.Build(client.Envelope{
-		MessageID:   "6f1c2a9e-4b7d-4e21-9a3f-0c5d8e7b1a20",
+		MessageID:   "9b2e4f71-0c3d-4a5b-8e6f-7a8b9c0d1e2f",
 		MessageType: "story.context",
 		SystemID:    "cms",
 		Timestamp:   time.Date(2026, 11, 29, 9, 0, 0, 0, time.UTC),
 		Payload: map[string]any{
-			"story_id": "story-0001", "sequence_number": 2, "state": "ready",
+			"story_id": "story-0002", "sequence_number": 2, "state": "ready",
 			"headline": "Council approves new harbour bridge",
 		},
 	})
@@ -87,7 +93,7 @@ func Example_producer() {
 		MessageType: "story.context",
 		SystemID:    "cms",
 		Payload: map[string]any{
-			"story_id": "story-0001", "sequence_number": 1, "state": "draft",
+			"story_id": "story-0002", "sequence_number": 1, "state": "draft",
 			"headline": "Harbour bridge vote today",
 		},
 	})
@@ -112,7 +118,7 @@ func Example_producer() {
 func Example_consumer() {
 	busURL, stop := sandbox()
 	defer stop()
-	secret := readerSecret
+	secret := samples.WireSecret
 	publishSample(busURL)
 
 	consumer, err := client.NewConsumer(client.ConsumerOptions{
@@ -121,7 +127,7 @@ func Example_consumer() {
 		Name:      "website",
 		Families:  []string{"story-context"},
 		Tokens: &client.ClientCredentials{
-			URL: busURL, Workspace: "newsroom", ClientID: "reader", ClientSecret: secret,
+			URL: busURL, Workspace: "newsroom", ClientID: "wire", ClientSecret: secret,
 		},
 	})
 	if err != nil {
@@ -159,11 +165,14 @@ func Example_consumer() {
 // A consumer reading the topic straight from NATS, with the client's
 // de-duplicator.
 func Example_nats() {
-	b, err := startBus("127.0.0.1:-1")
-	if err != nil {
-		log.Fatal(err)
+	b := docsBus
+	if b == nil {
+		var err error
+		if b, err = startSampleBus("127.0.0.1:-1"); err != nil {
+			log.Fatal(err)
+		}
+		defer b.Close()
 	}
-	defer b.Close()
 	natsURL := b.ns.ClientURL()
 	publishSample(b.URL)
 
@@ -207,14 +216,15 @@ func Example_nats() {
 	// 6f1c2a9e-4b7d-4e21-9a3f-0c5d8e7b1a20 som.newsroom.story-context.c3RvcnktMDAwMQ 1
 }
 
-// publishSample publishes the sample snapshot of the examples.
+// publishSample publishes the sample snapshot that `storybus dev`'s curl
+// pair publishes: after that pair, a duplicate.
 func publishSample(busURL string) {
 	c, err := client.New(client.Options{URL: busURL, Workspace: "newsroom",
-		Tokens: &client.ClientCredentials{URL: busURL, Workspace: "newsroom", ClientID: "cms", ClientSecret: cmsSecret}})
+		Tokens: &client.ClientCredentials{URL: busURL, Workspace: "newsroom", ClientID: samples.CMSClientID, ClientSecret: samples.CMSSecret}})
 	if err != nil {
 		log.Fatal(err)
 	}
-	m, err := client.NewMessage([]byte(`{"som_version":"1.0","message_id":"6f1c2a9e-4b7d-4e21-9a3f-0c5d8e7b1a20","message_type":"story.context","system_id":"cms","timestamp":"2026-11-29T09:00:00Z","payload":{"story_id":"story-0001","sequence_number":1,"state":"draft","headline":"Council approves new harbour bridge"}}`))
+	m, err := client.NewMessage([]byte(samples.MessageSample))
 	if err != nil {
 		log.Fatal(err)
 	}

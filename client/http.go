@@ -3,6 +3,7 @@ package client
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -128,8 +129,14 @@ func (a *answer) failure(now time.Time) *Error {
 	return e
 }
 
-// noAnswer is the *Error of an exchange that got no answer.
+// noAnswer is the *Error of an exchange that got no answer. A bus
+// certificate the client does not trust is told apart: it is
+// configuration, not a failure a retry can fix.
 func noAnswer(err error) *Error {
+	var verify *tls.CertificateVerificationError
+	if errors.As(err, &verify) {
+		return &Error{Err: errors.Join(ErrUntrustedCertificate, err)}
+	}
 	return &Error{Err: errors.Join(ErrNoAnswer, err)}
 }
 
