@@ -62,6 +62,13 @@ STATICCHECK := $(BIN)/staticcheck
 $(STATICCHECK): hack/tools/staticcheck/go.mod hack/tools/staticcheck/go.sum
 	cd hack/tools/staticcheck && GOWORK=off CGO_ENABLED=0 GOFLAGS=-mod=readonly $(GO) build -trimpath -o $(STATICCHECK) honnef.co/go/tools/cmd/staticcheck
 
+# oapi-codegen, likewise, comes from hack/tools/oapi-codegen; openapi-typescript
+# and tsc are pinned in hack/openapi-typescript's package-lock.json.
+OAPI_CODEGEN := $(BIN)/oapi-codegen
+
+$(OAPI_CODEGEN): hack/tools/oapi-codegen/go.mod hack/tools/oapi-codegen/go.sum
+	cd hack/tools/oapi-codegen && GOWORK=off CGO_ENABLED=0 GOFLAGS=-mod=readonly $(GO) build -trimpath -o $(OAPI_CODEGEN) github.com/oapi-codegen/oapi-codegen/v2/cmd/oapi-codegen
+
 .PHONY: manifests
 manifests: $(CONTROLLER_GEN) ## Generate the CRDs (config/crd/bases), RBAC (config/rbac) and deepcopy code of api/.
 	$(CONTROLLER_GEN) $(CONTROLLER_GEN_OBJECT)
@@ -118,10 +125,24 @@ RACE_PKGS := ./bus/... ./policy/... ./controllers/... ./client/... ./cmd/storybu
 OTHER_PKGS = $(filter-out $(shell $(GO) list $(RACE_PKGS)),$(shell $(GO) list ./...))
 
 .PHONY: test
-test: tools ## Run every test once: unit, integration (embedded JetStream, envtest, helm), Rego, the concurrent packages under the race detector, and brief fuzzing.
+test: tools test-openapi-generators ## Run every test once: unit, integration (embedded JetStream, envtest, helm), Rego, the concurrent packages under the race detector, brief fuzzing, and the generators on docs/openapi.yaml.
 	KUBEBUILDER_ASSETS=$(BIN) $(GO) test $(GOTEST_FLAGS) $(OTHER_PKGS)
 	$(MAKE) race
 	$(MAKE) fuzz
+
+# The description must give typed clients with the generators producers use:
+# oapi-codegen's client has to build a program that publishes a story.context
+# (hack/openapi-go), and openapi-typescript's types (default options) have to
+# type every conformance message of every family as a SOMMessage, and refuse
+# messages SOM 1.0 refuses (hack/openapi-typescript/check.mjs).
+.PHONY: test-openapi-generators
+test-openapi-generators: $(OAPI_CODEGEN) ## Generate a Go client and TypeScript types from docs/openapi.yaml, build a publishing program and type-check real messages with them.
+	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	cp hack/openapi-go/main.go hack/openapi-go/go.mod hack/openapi-go/go.sum $$tmp/ && \
+	$(OAPI_CODEGEN) -config hack/openapi-go/oapi-codegen.yaml -o $$tmp/api.gen.go docs/openapi.yaml && \
+	(cd $$tmp && GOWORK=off GOFLAGS=-mod=readonly $(GO) build -o /dev/null .) && \
+	echo "oapi-codegen: the generated client builds hack/openapi-go, a program that publishes a story.context"
+	cd hack/openapi-typescript && npm ci --no-audit --no-fund --loglevel=error && node check.mjs
 
 .PHONY: race
 race: envtest-tools ## Run the tests of every package whose code runs concurrently under the race detector (go test -race).

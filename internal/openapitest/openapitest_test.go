@@ -1,8 +1,11 @@
 package openapitest
 
 import (
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 )
 
@@ -22,6 +25,20 @@ func TestCheck(t *testing.T) {
 		return h
 	}
 	publish := "/v1/tenants/newsroom/messages"
+	pull := "/v1/tenants/newsroom/consumers/web/messages"
+	const (
+		storyContext = `{"som_version":"1.0","message_id":"6f1c2a9e-4b7d-4e21-9a3f-0c5d8e7b1a20","message_type":"story.context","system_id":"cms","timestamp":"2026-11-29T09:00:00Z","payload":{"story_id":"story-0001","sequence_number":1,"state":"draft","headline":"Council approves new harbour bridge"}}`
+		storyEvent   = `{"som_version":"1.0","message_id":"6f1c2a9e-4b7d-4e21-9a3f-0c5d8e7b1a21","message_type":"story.event","system_id":"cms","timestamp":"2026-11-29T09:00:00Z","payload":{"story_id":"story-0001","event":"published","occurred_at":"2026-11-29T09:00:00Z","details":{"channel":"web","pages":[1,2]}}}`
+	)
+	// delivery is a pull answer delivering msg as a message of type mt.
+	delivery := func(mt, msg string) string {
+		var head struct {
+			MessageID string `json:"message_id"`
+		}
+		_ = json.Unmarshal([]byte(msg), &head)
+		return fmt.Sprintf(`{"messages":[{"message_id":%q,"message_type":%q,"family":%q,"ack_id":"a1","delivery":1,"message":%s}]}`,
+			head.MessageID, mt, strings.ReplaceAll(mt, ".", "-"), msg)
+	}
 	for _, tc := range []struct {
 		name, method, path string
 		port               Port
@@ -61,6 +78,18 @@ func TestCheck(t *testing.T) {
 		{"readyz not ready", http.MethodGet, "/readyz", OperationsPort, 503, http.Header{"Content-Type": {"text/plain; charset=utf-8"}}, "not ready: store\n", true},
 		{"readyz answering JSON", http.MethodGet, "/readyz", OperationsPort, 200, jsonHeader(), `{"ok":true}`, false},
 		{"an unknown operations path", http.MethodGet, "/debug", OperationsPort, 404, http.Header{"Content-Type": {"text/plain; charset=utf-8"}}, "404 page not found\n", true},
+		// A delivered message is checked as the family its message_type
+		// names (SOMMessage's discriminator).
+		{"a delivered story.context", http.MethodGet, pull, PublishPort, 200, jsonHeader(), delivery("story.context", storyContext), true},
+		{"a delivered story.context with a story.event's payload", http.MethodGet, pull, PublishPort, 200, jsonHeader(),
+			delivery("story.context", strings.Replace(storyEvent, `"story.event"`, `"story.context"`, 1)), false},
+		{"a delivered story.context with a member SOM does not define", http.MethodGet, pull, PublishPort, 200, jsonHeader(),
+			delivery("story.context", strings.Replace(storyContext, `"state":"draft"`, `"state":"draft","subtitle":"x"`, 1)), false},
+		{"a delivered story.context in a state SOM does not define", http.MethodGet, pull, PublishPort, 200, jsonHeader(),
+			delivery("story.context", strings.Replace(storyContext, `"state":"draft"`, `"state":"archived"`, 1)), false},
+		{"a delivered story.event with free-form details", http.MethodGet, pull, PublishPort, 200, jsonHeader(), delivery("story.event", storyEvent), true},
+		{"a delivered message of no family", http.MethodGet, pull, PublishPort, 200, jsonHeader(),
+			delivery("story.event", strings.Replace(storyEvent, `"story.event"`, `"story.rumour"`, 1)), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := NewChecker(tc.port).Check(httptest.NewRequest(tc.method, tc.path, nil), tc.status, tc.header, []byte(tc.body))
