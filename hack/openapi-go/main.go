@@ -9,6 +9,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"net/http"
 	"os"
@@ -18,7 +19,10 @@ import (
 )
 
 func main() {
-	if err := run(context.Background(), "http://127.0.0.1:8080", "newsroom", "cms", "cms-dev-secret-0123456789abcdef0"); err != nil {
+	// storybus dev's address, workspace and public development credentials.
+	url := flag.String("url", "http://127.0.0.1:8080", "the bus's publish port")
+	flag.Parse()
+	if err := run(context.Background(), *url, "newsroom", "cms", "cms-dev-secret-0123456789abcdef0"); err != nil {
 		fmt.Fprintln(os.Stderr, "publish:", err)
 		os.Exit(1)
 	}
