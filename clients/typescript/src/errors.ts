@@ -49,6 +49,47 @@ export class NoAnswerError extends Error {
 }
 
 /**
+ * UntrustedCertificateError is the cause of a StorybusError for a request
+ * that got no answer because the bus's TLS certificate is not trusted: it
+ * does not chain to the trusted roots (TLSFiles.caFile, or Node's), names
+ * another host, or has expired. That is configuration, never retried: the
+ * same certificate is refused on every attempt. A message is kept in the
+ * outbox, since the bus never judged it. Its cause is the TLS error.
+ */
+export class UntrustedCertificateError extends Error {
+  override name = "UntrustedCertificateError";
+  constructor(cause: unknown) {
+    super(`the bus's TLS certificate is not trusted: ${describe(cause)}`, { cause });
+  }
+}
+
+/** The codes of Node's TLS errors for a certificate it does not trust. */
+const untrustedCodes = new Set([
+  "UNABLE_TO_GET_ISSUER_CERT",
+  "UNABLE_TO_GET_ISSUER_CERT_LOCALLY",
+  "UNABLE_TO_VERIFY_LEAF_SIGNATURE",
+  "SELF_SIGNED_CERT_IN_CHAIN",
+  "DEPTH_ZERO_SELF_SIGNED_CERT",
+  "CERT_SIGNATURE_FAILURE",
+  "CERT_NOT_YET_VALID",
+  "CERT_HAS_EXPIRED",
+  "CERT_UNTRUSTED",
+  "CERT_REJECTED",
+  "HOSTNAME_MISMATCH",
+  "ERR_TLS_CERT_ALTNAME_INVALID",
+]);
+
+/** isCertificateError reports whether err, or an error in its chain of causes, is Node's refusal of a certificate. */
+export function isCertificateError(err: unknown): boolean {
+  for (let e = err, depth = 0; e instanceof Error && depth < 32; depth++) {
+    const code = (e as { code?: unknown }).code;
+    if (typeof code === "string" && untrustedCodes.has(code)) return true;
+    e = e.cause;
+  }
+  return false;
+}
+
+/**
  * HeldError is the cause of a StorybusError for a message that was not sent
  * because an earlier message of its story is kept in the outbox and could
  * not be delivered first: it is kept behind that one, in order.
@@ -67,8 +108,8 @@ export class HeldError extends Error {
  * - `invalid`: 400 and 413, or a reused message_id. A bug in the producing
  *   product.
  * - `not-allowed`: 401 after a fresh token, 403, a connection that may not
- *   get tokens (unauthorized_client), or a story owned by another system.
- *   For an administrator.
+ *   get tokens (unauthorized_client), a story owned by another system, or
+ *   a bus certificate the client does not trust. For an administrator.
  * - `story-changed`: a snapshot refused as stale, contended or superseded.
  * - `story-killed`: a snapshot of a killed story.
  * - `not-delivered`: retries exhausted (timeouts, network errors, 429,
@@ -148,8 +189,8 @@ export class StorybusError extends Error {
   snapshot: boolean;
   /**
    * cause is the cause when there was no final answer: a NoAnswerError
-   * (whose cause is the network error), the abort reason of the caller's
-   * signal, or a HeldError.
+   * (whose cause is the network error or the abort reason of the caller's
+   * signal), an UntrustedCertificateError, or a HeldError.
    */
   declare cause: unknown;
 
@@ -186,7 +227,10 @@ export class StorybusError extends Error {
       if (this.oauth2 !== "") s += ` (OAuth2 ${this.oauth2})`;
       const path = this.violations[0]?.path;
       if (path) s += ` at ${path}`;
-      if (this.text !== "") s += ` ${JSON.stringify(this.text)}`;
+      // The bus's own explanation, for people: the text of an OAuth2 error
+      // or of API Gateway's shape, else the first violation's message.
+      const text = this.text !== "" ? this.text : (this.violations[0]?.message ?? "");
+      if (text !== "") s += ` ${JSON.stringify(text)}`;
     } else if (this.cause !== undefined) {
       s += describe(this.cause);
     } else {
@@ -209,10 +253,16 @@ export class StorybusError extends Error {
 
   /**
    * temporary reports whether the failure is of the kind a later resend can
-   * fix: no answer, 408, 429 or 5xx.
+   * fix: no answer, 408, 429 or 5xx. A certificate the client does not
+   * trust is not: it is configuration (UntrustedCertificateError).
    */
   temporary(): boolean {
-    return (this.status === 0 && this.cause !== undefined) || retryableStatus(this.status);
+    return (this.status === 0 && this.cause !== undefined && !this.#untrusted()) || retryableStatus(this.status);
+  }
+
+  /** untrusted reports whether the cause is a bus certificate the client does not trust. */
+  #untrusted(): boolean {
+    return this.status === 0 && this.cause instanceof UntrustedCertificateError;
   }
 
   /**
@@ -232,10 +282,11 @@ export class StorybusError extends Error {
   /**
    * needsAlert reports whether a person must act: a bug in the producing
    * product (400, 413, a reused message_id) or configuration (a 401 after a
-   * fresh token, 403).
+   * fresh token, 403, a bus certificate the client does not trust).
    */
   needsAlert(): boolean {
     return (
+      this.#untrusted() ||
       this.status === 400 ||
       this.status === 413 ||
       this.status === 401 ||
@@ -247,6 +298,11 @@ export class StorybusError extends Error {
   /** advice says what the producer should do next, for logs. */
   advice(): string {
     const s = this.status;
+    if (this.#untrusted()) {
+      const advice =
+        "configuration: give the client the CA that signed the bus's certificate (tlsFetch's caFile) or fix the certificate; not retried";
+      return this.kept ? `${advice}; kept in the outbox for a later resend` : advice;
+    }
     if (this.oauth2 === OAUTH2_UNAUTHORIZED_CLIENT) {
       return "configuration: the connection may not get tokens; alert an administrator";
     }
@@ -291,7 +347,7 @@ export class StorybusError extends Error {
   /** class returns the failure's user-facing class. */
   class(): ErrorClass {
     const s = this.status;
-    if (this.oauth2 === OAUTH2_UNAUTHORIZED_CLIENT) return "not-allowed";
+    if (this.oauth2 === OAUTH2_UNAUTHORIZED_CLIENT || this.#untrusted()) return "not-allowed";
     if (s === 400 || s === 413) return "invalid";
     if (s === 401 || s === 403) return "not-allowed";
     if (s === 409) {
@@ -351,7 +407,7 @@ function fieldName(pointer: string): string {
 function describe(err: unknown): string {
   if (err instanceof Error) {
     const own = err.message.replaceAll("\n", ": ");
-    if (err instanceof NoAnswerError || err.cause === undefined) return own;
+    if (err instanceof NoAnswerError || err instanceof UntrustedCertificateError || err.cause === undefined) return own;
     return `${own}: ${describe(err.cause)}`;
   }
   return String(err);
@@ -412,4 +468,9 @@ export function isNoAnswer(err: unknown): boolean {
 /** isHeld reports whether err's message was held behind an earlier kept message of its story. */
 export function isHeld(err: unknown): boolean {
   return asError(err)?.cause instanceof HeldError;
+}
+
+/** isUntrustedCertificate reports whether err got no answer because the bus's certificate is not trusted. */
+export function isUntrustedCertificate(err: unknown): boolean {
+  return asError(err)?.cause instanceof UntrustedCertificateError;
 }

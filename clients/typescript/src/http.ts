@@ -1,4 +1,4 @@
-import { NoAnswerError, StorybusError } from "./errors.js";
+import { isCertificateError, NoAnswerError, StorybusError, UntrustedCertificateError } from "./errors.js";
 import type { Violation } from "./wire.js";
 
 /**
@@ -163,8 +163,13 @@ export function failure(a: Answer, now: Date): StorybusError {
   return e;
 }
 
-/** noAnswer is the StorybusError of an exchange that got no answer. */
+/**
+ * noAnswer is the StorybusError of an exchange that got no answer. A bus
+ * certificate the client does not trust is told apart: it is
+ * configuration, not a failure a retry can fix.
+ */
 export function noAnswer(err: unknown): StorybusError {
+  if (isCertificateError(err)) return new StorybusError({ cause: new UntrustedCertificateError(err) });
   return new StorybusError({ cause: new NoAnswerError(err) });
 }
 

@@ -44,6 +44,7 @@ export {
   isKept,
   isNoAnswer,
   isRefused,
+  isUntrustedCertificate,
   NoAnswerError,
   needsRebuild,
   OAUTH2_UNAUTHORIZED_CLIENT,
@@ -63,6 +64,7 @@ export {
   statusOf,
   StorybusError,
   type StorybusErrorInit,
+  UntrustedCertificateError,
 } from "./errors.js";
 export { type FetchLike, type TraceContext } from "./http.js";
 export { build, type Envelope, type EnvelopeBase, Message, newMessage } from "./message.js";

@@ -66,17 +66,18 @@ export class ClientCredentials implements TokenSource {
   async token(signal?: AbortSignal): Promise<string> {
     if (this.#token !== "" && this.#clock().now().getTime() < this.#refreshAt) return this.#token;
     // Callers at the same moment share one request.
-    this.#inFlight ??= this.fetchToken(signal).finally(() => {
-      this.#inFlight = undefined;
-    });
-    const tr = await this.#inFlight;
-    if (this.#token !== tr.access_token) {
-      const lifeMs = tr.expires_in * 1000;
-      const leeway = Math.min(this.#o.leewayMs && this.#o.leewayMs > 0 ? this.#o.leewayMs : 60_000, lifeMs / 2);
-      this.#token = tr.access_token;
-      this.#refreshAt = this.#clock().now().getTime() + lifeMs - leeway;
-    }
-    return tr.access_token;
+    this.#inFlight ??= this.fetchToken(signal)
+      .then((tr) => {
+        const lifeMs = tr.expires_in * 1000;
+        const leeway = Math.min(this.#o.leewayMs && this.#o.leewayMs > 0 ? this.#o.leewayMs : 60_000, lifeMs / 2);
+        this.#token = tr.access_token;
+        this.#refreshAt = this.#clock().now().getTime() + lifeMs - leeway;
+        return tr;
+      })
+      .finally(() => {
+        this.#inFlight = undefined;
+      });
+    return (await this.#inFlight).access_token;
   }
 
   /** invalidate drops token if it is the cached one. */
