@@ -125,6 +125,7 @@ class Sent:
     request: Request
     status: int  # 0: no answer
     error: BaseException | None = None
+    response: Response | None = None
 
 
 @dataclass
@@ -147,7 +148,7 @@ class Recorder:
                 self.sent.append(Sent(request, 0, exc))
             raise
         with self.lock:
-            self.sent.append(Sent(request, res.status))
+            self.sent.append(Sent(request, res.status, response=res))
         return res
 
     def publishes(self) -> list[Sent]:

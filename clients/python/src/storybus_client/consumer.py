@@ -180,6 +180,13 @@ class Consumer:
         ends it with that error.
         """
         stop = stop if stop is not None else self._stop
+        try:
+            self._run(handler, stop)
+        finally:
+            # A later run starts afresh.
+            self._stop.clear()
+
+    def _run(self, handler: Handler, stop: threading.Event) -> None:
         failures = 0
         while not self._stopped(stop):
             try:
@@ -194,12 +201,12 @@ class Consumer:
                 self._clock.sleep(max(self._retry.backoff(failures, self._jitter()), exc.retry_after), stop)
                 continue
             failures = 0
-            self._handle(deliveries, handler, stop)
+            self._handle(deliveries, handler, lambda: self._stopped(stop))
 
     def run_once(self, handler: Handler) -> None:
         """Pulls once and hands what came to ``handler`` as :meth:`run`
         does. A failed pull is raised, not retried."""
-        self._handle(self.fetch(), handler, self._stop)
+        self._handle(self.fetch(), handler, lambda: False)
 
     def stop(self) -> None:
         """Makes :meth:`run` return once the pull or message at hand is done
@@ -216,12 +223,12 @@ class Consumer:
         else:
             log.warning("consumer: %s", exc)
 
-    def _handle(self, deliveries: Iterable[Delivery], handler: Handler, stop: threading.Event) -> None:
+    def _handle(self, deliveries: Iterable[Delivery], handler: Handler, stopped: Callable[[], bool]) -> None:
         """Hands a pull's messages to the handler, once per message_id,
         until stopped, and acknowledges the handled ones and the duplicates."""
         done: list[Delivery] = []
         for d in deliveries:
-            if self._stopped(stop):
+            if stopped():
                 break
             if d.message_id and self._dedup.seen(d.message_id):
                 done.append(d)
