@@ -287,7 +287,7 @@ export interface paths {
         };
         /**
          * This description.
-         * @description The document the binary embeds, as `storybus openapi` prints it. Its SOM schemas are served under `/som/`.
+         * @description The document the binary embeds, as `storybus openapi` prints it. The SOM schemas its message schemas restate are served under `/som/`.
          */
         get: operations["openapi"];
         put?: never;
@@ -305,7 +305,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** A SOM 1.0 JSON schema this description refers to. */
+        /** A SOM 1.0 JSON schema, as the bus validates messages with it. */
         get: operations["somSchema"];
         put?: never;
         post?: never;
@@ -319,25 +319,164 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
-        /** @description A SOM 1.0 message; its payload is validated by the schema of the family `message_type` names. */
-        SOMMessage: components["schemas"]["envelope"] & (components["schemas"]["StoryContextMessage"] | components["schemas"]["StoryEventMessage"] | components["schemas"]["AssetReferenceMessage"]);
+        /**
+         * @description A SOM 1.0 message: one of the three families, told apart by
+         *     `message_type`. The message schemas here restate the SOM 1.0 JSON
+         *     Schemas under `som/` (the envelope and each family's payload) with
+         *     what code generators need: a `type` beside every `enum`, single-value
+         *     enums for constants, `additionalProperties` on every object, and a
+         *     discriminator. They accept exactly the messages those schemas accept;
+         *     a test of the description keeps them equal.
+         */
+        SOMMessage: components["schemas"]["StoryContextMessage"] | components["schemas"]["StoryEventMessage"] | components["schemas"]["AssetReferenceMessage"];
         /** @description A `story.context` message, a complete snapshot of a story. */
         StoryContextMessage: {
-            /** @constant */
+            som_version: components["schemas"]["SOMVersion"];
+            message_id: components["schemas"]["EnvelopeMessageID"];
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             message_type: "story.context";
-            payload: components["schemas"]["story-context"];
+            system_id: components["schemas"]["SystemID"];
+            timestamp: components["schemas"]["Timestamp"];
+            correlation_id?: components["schemas"]["CorrelationID"];
+            payload: components["schemas"]["StoryContext"];
         };
         /** @description A `story.event` message, something that happened to a story. */
         StoryEventMessage: {
-            /** @constant */
+            som_version: components["schemas"]["SOMVersion"];
+            message_id: components["schemas"]["EnvelopeMessageID"];
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             message_type: "story.event";
-            payload: components["schemas"]["story-event"];
+            system_id: components["schemas"]["SystemID"];
+            timestamp: components["schemas"]["Timestamp"];
+            correlation_id?: components["schemas"]["CorrelationID"];
+            payload: components["schemas"]["StoryEvent"];
         };
-        /** @description An `asset.reference` message. */
+        /** @description An `asset.reference` message, a media asset by reference. */
         AssetReferenceMessage: {
-            /** @constant */
+            som_version: components["schemas"]["SOMVersion"];
+            message_id: components["schemas"]["EnvelopeMessageID"];
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
             message_type: "asset.reference";
-            payload: components["schemas"]["asset-reference"];
+            system_id: components["schemas"]["SystemID"];
+            timestamp: components["schemas"]["Timestamp"];
+            correlation_id?: components["schemas"]["CorrelationID"];
+            payload: components["schemas"]["AssetReference"];
+        };
+        /**
+         * @description The SOM version of the message.
+         * @enum {string}
+         */
+        SOMVersion: "1.0";
+        /**
+         * Format: uuid
+         * @description A UUID, new for every new message. A retry resends the same message_id with the identical message.
+         */
+        EnvelopeMessageID: string;
+        /** @description The producing system. */
+        SystemID: string;
+        /**
+         * Format: date-time
+         * @description When the producer built the message (RFC 3339). Part of the content like every other member.
+         */
+        Timestamp: string;
+        /**
+         * Format: uuid
+         * @description Optional UUID tying related messages together.
+         */
+        CorrelationID: string;
+        /** @description The story's stable id. */
+        StoryID: string;
+        /** @enum {string} */
+        AssetKind: "image" | "video" | "audio" | "graphic" | "document";
+        /** @description The `story.context` payload (som/story-context.json): a complete snapshot of a story. Content travels by reference: body_ref and assets[].ref point at it. */
+        StoryContext: {
+            story_id: components["schemas"]["StoryID"];
+            /** @description The snapshot's position in the story, from 1; each snapshot exceeds the story's previous one. */
+            sequence_number: number;
+            /**
+             * @description The story's state; killed is terminal.
+             * @enum {string}
+             */
+            state: "draft" | "ready" | "published" | "updated" | "unpublished" | "killed";
+            /** @description The headline. Conformance requires it non-blank once the story is published or updated. */
+            headline: string;
+            slug?: string;
+            desk?: string;
+            /** @description A BCP 47 language tag, such as en, en-GB or sr-Latn-RS. */
+            language?: string;
+            /**
+             * Format: date-time
+             * @description Not to be published before this time (RFC 3339).
+             */
+            embargo_until?: string;
+            /**
+             * Format: uri
+             * @description An absolute URI of the story's body.
+             */
+            body_ref?: string;
+            assets?: components["schemas"]["StoryAsset"][];
+            authors?: string[];
+            labels?: string[];
+            /** @description Why the story was killed. Conformance requires it non-blank when state is killed. */
+            kill_reason?: string;
+        };
+        /** @description An asset of a story, by reference. */
+        StoryAsset: {
+            /**
+             * Format: uri
+             * @description An absolute URI of the asset.
+             */
+            ref: string;
+            kind: components["schemas"]["AssetKind"];
+            caption?: string;
+        };
+        /** @description The `story.event` payload (som/story-event.json), something that happened to a story. */
+        StoryEvent: {
+            story_id: components["schemas"]["StoryID"];
+            /** @enum {string} */
+            event: "published" | "updated" | "corrected" | "killed" | "embargo_lifted";
+            /**
+             * Format: date-time
+             * @description When the event happened (RFC 3339).
+             */
+            occurred_at: string;
+            /** @description Free-form details of the event, for the producer and its consumers to agree on. */
+            details?: {
+                [key: string]: unknown;
+            };
+        };
+        /** @description The `asset.reference` payload (som/asset-reference.json), a media asset by reference and the stories that use it. */
+        AssetReference: {
+            /** @description The asset's stable id. */
+            asset_id: string;
+            /**
+             * Format: uri
+             * @description An absolute URI of the asset.
+             */
+            ref: string;
+            kind: components["schemas"]["AssetKind"];
+            /** @description The stories that use the asset. */
+            story_ids?: components["schemas"]["StoryID"][];
+            rights?: components["schemas"]["AssetRights"];
+        };
+        /** @description The asset's usage rights. */
+        AssetRights: {
+            /** @description The terms under which the asset may be used. */
+            usage?: string;
+            /**
+             * Format: date-time
+             * @description When the usage rights end (RFC 3339).
+             */
+            expires_at?: string;
         };
         /**
          * Format: uuid
@@ -363,7 +502,7 @@ export interface components {
             path?: string;
         };
         Accepted: {
-            /** @constant */
+            /** @enum {boolean} */
             accepted: true;
             message_id: components["schemas"]["MessageID"];
             message_type: components["schemas"]["MessageType"];
@@ -372,9 +511,9 @@ export interface components {
             tolerated: components["schemas"]["Violation"][];
         };
         Duplicate: {
-            /** @constant */
+            /** @enum {boolean} */
             accepted: true;
-            /** @constant */
+            /** @enum {boolean} */
             duplicate: true;
             message_id: components["schemas"]["MessageID"];
         };
@@ -383,7 +522,7 @@ export interface components {
          *     Only SOM validation reports several violations (every one it finds).
          */
         Refusal: {
-            /** @constant */
+            /** @enum {boolean} */
             accepted: false;
             violations: components["schemas"]["Violation"][];
         };
@@ -393,7 +532,7 @@ export interface components {
          *     quote when the failure persists.
          */
         Unavailable: {
-            /** @constant */
+            /** @enum {boolean} */
             accepted: false;
             violations: components["schemas"]["Violation"][];
             request_id: string;
@@ -409,7 +548,7 @@ export interface components {
          *     `request_id`.
          */
         TokenError: {
-            /** @enum {unknown} */
+            /** @enum {string} */
             error: "invalid_request" | "invalid_client" | "unauthorized_client" | "unsupported_grant_type" | "invalid_scope" | "temporarily_unavailable";
             error_description: string;
             rule: string;
@@ -418,7 +557,7 @@ export interface components {
         TokenResponse: {
             /** @description A JWT to send as `Authorization: Bearer <token>`. */
             access_token: string;
-            /** @constant */
+            /** @enum {string} */
             token_type: "Bearer";
             /** @description The token's lifetime in seconds (the workspace's `tokenTTL`). */
             expires_in: number;
@@ -474,129 +613,6 @@ export interface components {
                 /** @description The hash of the configuration document in force; empty for one built in memory. */
                 configHash: string;
             }[];
-        };
-        /**
-         * SOM 1.0 envelope
-         * @description The envelope of every SOM 1.0 message. The payload is validated separately, by the schema of the family that message_type names.
-         */
-        envelope: {
-            /**
-             * @description The SOM version of the message.
-             * @constant
-             */
-            som_version: "1.0";
-            /**
-             * Format: uuid
-             * @description A UUID, new for every new message. A retry resends the same message_id with the identical message.
-             */
-            message_id: string;
-            /**
-             * @description The message type; it names the family whose schema validates the payload.
-             * @enum {unknown}
-             */
-            message_type: "story.context" | "story.event" | "asset.reference";
-            /** @description The producing system. */
-            system_id: string;
-            /**
-             * Format: date-time
-             * @description When the producer built the message (RFC 3339). Part of the content like every other member.
-             */
-            timestamp: string;
-            /**
-             * Format: uuid
-             * @description Optional UUID tying related messages together.
-             */
-            correlation_id?: string;
-            /** @description The family's payload, validated by the family's schema. */
-            payload: Record<string, never>;
-        };
-        /**
-         * SOM 1.0 story.context payload
-         * @description A complete snapshot of a story. Content travels by reference: body_ref and assets[].ref point at it.
-         */
-        "story-context": {
-            /** @description The story's stable id. */
-            story_id: string;
-            /** @description The snapshot's position in the story, from 1; each snapshot exceeds the story's previous one. */
-            sequence_number: number;
-            /**
-             * @description The story's state; killed is terminal.
-             * @enum {unknown}
-             */
-            state: "draft" | "ready" | "published" | "updated" | "unpublished" | "killed";
-            /** @description The headline. Conformance requires it non-blank once the story is published or updated. */
-            headline: string;
-            slug?: string;
-            desk?: string;
-            /** @description A BCP 47 language tag, such as en, en-GB or sr-Latn-RS. */
-            language?: string;
-            /**
-             * Format: date-time
-             * @description Not to be published before this time (RFC 3339).
-             */
-            embargo_until?: string;
-            /**
-             * Format: uri
-             * @description An absolute URI of the story's body.
-             */
-            body_ref?: string;
-            assets?: {
-                /**
-                 * Format: uri
-                 * @description An absolute URI of the asset.
-                 */
-                ref: string;
-                /** @enum {unknown} */
-                kind: "image" | "video" | "audio" | "graphic" | "document";
-                caption?: string;
-            }[];
-            authors?: string[];
-            labels?: string[];
-            /** @description Why the story was killed. Conformance requires it non-blank when state is killed. */
-            kill_reason?: string;
-        };
-        /**
-         * SOM 1.0 story.event payload
-         * @description Something that happened to a story.
-         */
-        "story-event": {
-            /** @description The story's stable id. */
-            story_id: string;
-            /** @enum {unknown} */
-            event: "published" | "updated" | "corrected" | "killed" | "embargo_lifted";
-            /**
-             * Format: date-time
-             * @description When the event happened (RFC 3339).
-             */
-            occurred_at: string;
-            /** @description Free-form details of the event, for the producer and its consumers to agree on. */
-            details?: Record<string, never>;
-        };
-        /**
-         * SOM 1.0 asset.reference payload
-         * @description A media asset, by reference, and the stories that use it.
-         */
-        "asset-reference": {
-            /** @description The asset's stable id. */
-            asset_id: string;
-            /**
-             * Format: uri
-             * @description An absolute URI of the asset.
-             */
-            ref: string;
-            /** @enum {unknown} */
-            kind: "image" | "video" | "audio" | "graphic" | "document";
-            /** @description The stories that use the asset. */
-            story_ids?: string[];
-            rights?: {
-                /** @description The terms under which the asset may be used. */
-                usage?: string;
-                /**
-                 * Format: date-time
-                 * @description When the usage rights end (RFC 3339).
-                 */
-                expires_at?: string;
-            };
         };
     };
     responses: {
@@ -989,7 +1005,7 @@ export interface operations {
         requestBody: {
             content: {
                 "application/x-www-form-urlencoded": {
-                    /** @constant */
+                    /** @enum {string} */
                     grant_type: "client_credentials";
                     /** @description With `client_secret` (`client_secret_post`) or a client certificate; beside HTTP Basic, the same id. */
                     client_id?: string;
@@ -1324,7 +1340,9 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/yaml": Record<string, never>;
+                    "application/yaml": {
+                        [key: string]: unknown;
+                    };
                 };
             };
         };
@@ -1346,7 +1364,9 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/schema+json": Record<string, never>;
+                    "application/schema+json": {
+                        [key: string]: unknown;
+                    };
                 };
             };
             /** @description No such schema. */

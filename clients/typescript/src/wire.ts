@@ -27,21 +27,20 @@ export type AckRequest = Schemas["AckRequest"];
 export type AckResponse = Schemas["AckResponse"];
 
 /** StoryContextPayload is the payload of a story.context snapshot. */
-export type StoryContextPayload = Schemas["story-context"];
+export type StoryContextPayload = Schemas["StoryContext"];
 /** StoryEventPayload is the payload of a story.event message. */
-export type StoryEventPayload = Schemas["story-event"];
+export type StoryEventPayload = Schemas["StoryEvent"];
 /** AssetReferencePayload is the payload of an asset.reference message. */
-export type AssetReferencePayload = Schemas["asset-reference"];
-
-/** SOMEnvelope is the envelope of every SOM 1.0 message, less its payload. */
-export type SOMEnvelope = Omit<Schemas["envelope"], "message_type" | "payload">;
+export type AssetReferencePayload = Schemas["AssetReference"];
 
 /** StoryContextMessage is a whole story.context message. */
-export type StoryContextMessage = SOMEnvelope & { message_type: "story.context"; payload: StoryContextPayload };
+export type StoryContextMessage = Schemas["StoryContextMessage"];
 /** StoryEventMessage is a whole story.event message. */
-export type StoryEventMessage = SOMEnvelope & { message_type: "story.event"; payload: StoryEventPayload };
+export type StoryEventMessage = Schemas["StoryEventMessage"];
 /** AssetReferenceMessage is a whole asset.reference message. */
-export type AssetReferenceMessage = SOMEnvelope & { message_type: "asset.reference"; payload: AssetReferencePayload };
-
+export type AssetReferenceMessage = Schemas["AssetReferenceMessage"];
 /** SOMMessage is a whole SOM 1.0 message of any family, told apart by message_type. */
-export type SOMMessage = StoryContextMessage | StoryEventMessage | AssetReferenceMessage;
+export type SOMMessage = Schemas["SOMMessage"];
+
+/** SOMEnvelope is the envelope of every SOM 1.0 message, less its message_type and payload. */
+export type SOMEnvelope = Omit<StoryContextMessage, "message_type" | "payload">;
