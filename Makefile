@@ -125,7 +125,7 @@ RACE_PKGS := ./bus/... ./policy/... ./controllers/... ./client/... ./cmd/storybu
 OTHER_PKGS = $(filter-out $(shell $(GO) list $(RACE_PKGS)),$(shell $(GO) list ./...))
 
 .PHONY: test
-test: tools test-openapi-generators ## Run every test once: unit, integration (embedded JetStream, envtest, helm), Rego, the concurrent packages under the race detector, brief fuzzing, and the generators on docs/openapi.yaml.
+test: tools test-openapi-generators test-python ## Run every test once: unit, integration (embedded JetStream, envtest, helm), Rego, the concurrent packages under the race detector, brief fuzzing, the generators on docs/openapi.yaml, and the Python client.
 	KUBEBUILDER_ASSETS=$(BIN) $(GO) test $(GOTEST_FLAGS) $(OTHER_PKGS)
 	$(MAKE) race
 	$(MAKE) fuzz
@@ -143,6 +143,17 @@ test-openapi-generators: $(OAPI_CODEGEN) ## Generate a Go client and TypeScript 
 	(cd $$tmp && GOWORK=off GOFLAGS=-mod=readonly $(GO) build -o /dev/null .) && \
 	echo "oapi-codegen: the generated client builds hack/openapi-go, a program that publishes a story.context"
 	cd hack/openapi-typescript && npm ci --no-audit --no-fund --loglevel=error && node check.mjs
+
+# The Python client's tests (clients/python): pytest, against storybus dev
+# built by `make build`, the conformance scenarios included. PYTHON is the
+# first of python3 and Debian's /usr/bin/python3 that has pytest (Debian's
+# python3-pytest, which .ci/run installs when none has it).
+PYTHON ?= $(shell for p in python3 /usr/bin/python3; do $$p -c 'import pytest' >/dev/null 2>&1 && { echo $$p; break; }; done)
+
+.PHONY: test-python
+test-python: build ## Run the Python client's tests (clients/python) against storybus dev, the conformance scenarios included.
+	@test -n "$(PYTHON)" || { echo "test-python needs pytest: apt-get install python3-pytest"; exit 1; }
+	cd clients/python && STORYBUS_BIN=$(BIN)/storybus $(PYTHON) -m pytest
 
 .PHONY: race
 race: envtest-tools ## Run the tests of every package whose code runs concurrently under the race detector (go test -race).

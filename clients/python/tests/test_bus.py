@@ -129,6 +129,7 @@ def test_a_kept_message_holds_its_story_until_it_is_resent(bus: Bus, tmp_path: P
         with pytest.raises(ServerError) as kept:
             client.publish(first)
         assert kept.value.kept and kept.value.attempts == 2 and kept.value.outbox_entry
+        assert outbox.get(kept.value.outbox_entry).reason.endswith("kept in the outbox for a later resend")
         # The story's next message first resends the kept one, which fails
         # again: the new one is kept behind it without being sent.
         with pytest.raises(HeldError) as held:

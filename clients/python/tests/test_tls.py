@@ -117,7 +117,8 @@ def test_an_untrusted_certificate_is_configuration_and_not_retried(tls_bus: tupl
     e = info.value
     assert clock.sleeps == [], "an untrusted certificate was retried"
     assert not e.temporary and not e.refused and e.kept and e.needs_alert
-    assert "not trusted" in str(e) and e.error_class == "not-allowed"
+    assert "not retried; kept in the outbox" in str(e) and e.error_class == "not-allowed"
+    assert "kept in the outbox" in outbox.list_pending()[0].reason
     assert alerts == [e]
     assert [x.message for x in outbox.list_pending()] == [m.raw]
 

@@ -352,13 +352,16 @@ class Client:
         """Puts a message without a final answer in the outbox."""
         if self._outbox is None:
             return err
+        # Kept before it is put, so that the entry's reason says it is.
+        err.kept = True
         try:
             entry = self._outbox.put(m, err, self._clock.time())
         except Exception as exc:
+            err.kept = False
             err.outbox_error = exc
             err.add_note(f"keeping it in the outbox failed: {exc}")
             return err
-        err.kept, err.outbox_entry = True, entry.id
+        err.outbox_entry = entry.id
         return err
 
     def _send(
@@ -468,8 +471,8 @@ class Client:
                 moved = self._outbox.refuse(entry, err)
                 out.append(ResendResult(entry=moved, error=err))
             else:
-                self._outbox.update(entry, err)
                 err.kept, err.outbox_entry = True, entry.id
+                self._outbox.update(entry, err)
                 self._alert(err)
                 out.append(ResendResult(entry=entry, error=err))
                 for later in entries[i + 1 :]:

@@ -415,7 +415,8 @@ class CertificateError(StorybusError):
     def advice(self) -> str:
         """Says to fix the TLS configuration."""
         kept = "; kept in the outbox for a later resend" if self.kept else ""
-        return "configuration: the bus's certificate is not trusted (a CA file, SSL_CERT_FILE, the host name)" + kept
+        return ("configuration: give the client the CA that signed the bus's certificate "
+                "(tls_context(ca_file=…), SSL_CERT_FILE) or fix the certificate; not retried" + kept)
 
     @property
     def error_class(self) -> ErrorClass:
