@@ -68,3 +68,24 @@ def test_the_version_is_the_project_s() -> None:
 
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert storybus_client.__version__ == pyproject["project"]["version"]
+
+
+def test_every_public_name_has_a_docstring() -> None:
+    import inspect
+
+    import storybus_client
+
+    missing = []
+    for name in storybus_client.__all__:
+        obj = getattr(storybus_client, name)
+        if inspect.ismodule(obj) or inspect.isclass(obj) or inspect.isfunction(obj):
+            if not inspect.getdoc(obj):
+                missing.append(name)
+        if inspect.isclass(obj):
+            for attr, member in vars(obj).items():
+                if attr.startswith("_"):
+                    continue
+                if isinstance(member, property | staticmethod | classmethod) or inspect.isfunction(member):
+                    if not (member.__doc__ if not isinstance(member, staticmethod | classmethod) else member.__func__.__doc__):
+                        missing.append(f"{name}.{attr}")
+    assert missing == []
