@@ -32,7 +32,7 @@ def run(code: str, bus: Bus) -> str:
     return out.getvalue()
 
 
-@pytest.mark.parametrize("page", ["docs/producers.md", "clients/python/README.md"])
+@pytest.mark.parametrize("page", ["docs/producers.md", "docs/consumers.md", "clients/python/README.md"])
 def test_the_examples_print_what_the_pages_say(page: str, bus: Bus, tmp_path: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)  # the examples' outbox folder
