@@ -125,7 +125,7 @@ RACE_PKGS := ./bus/... ./policy/... ./controllers/... ./client/... ./cmd/storybu
 OTHER_PKGS = $(filter-out $(shell $(GO) list $(RACE_PKGS)),$(shell $(GO) list ./...))
 
 .PHONY: test
-test: tools test-openapi-generators test-python ## Run every test once: unit, integration (embedded JetStream, envtest, helm), Rego, the concurrent packages under the race detector, brief fuzzing, the generators on docs/openapi.yaml, and the Python client.
+test: tools test-openapi-generators test-python test-typescript ## Run every test once: unit, integration (embedded JetStream, envtest, helm), Rego, the concurrent packages under the race detector, brief fuzzing, the generators on docs/openapi.yaml, and the Python and TypeScript clients.
 	KUBEBUILDER_ASSETS=$(BIN) $(GO) test $(GOTEST_FLAGS) $(OTHER_PKGS)
 	$(MAKE) race
 	$(MAKE) fuzz
@@ -154,6 +154,14 @@ PYTHON ?= $(shell for p in python3 /usr/bin/python3; do $$p -c 'import pytest' >
 test-python: build ## Run the Python client's tests (clients/python) against storybus dev, the conformance scenarios included.
 	@test -n "$(PYTHON)" || { echo "test-python needs pytest: apt-get install python3-pytest"; exit 1; }
 	cd clients/python && STORYBUS_BIN=$(BIN)/storybus $(PYTHON) -m pytest
+
+# The TypeScript client's tests (clients/typescript): npm ci, tsc, and
+# node --test against storybus dev built by `make build`, the conformance
+# scenarios, the docs' examples, the drift of its types from
+# docs/openapi.yaml and the packed package included.
+.PHONY: test-typescript
+test-typescript: build ## Run the TypeScript client's tests (clients/typescript) against storybus dev, the conformance scenarios included.
+	cd clients/typescript && npm ci --no-audit --no-fund --loglevel=error && npm run build && STORYBUS_BIN=$(BIN)/storybus npm test
 
 .PHONY: race
 race: envtest-tools ## Run the tests of every package whose code runs concurrently under the race detector (go test -race).
