@@ -273,3 +273,23 @@ def test_a_consumer_gets_each_message_once_with_its_bytes_and_trace(bus: Bus, tm
     assert again.id not in [d.message_id for d in handled], "the handler got the duplicate"
     acks = [json.loads(s.request.body or b"") for s in recorder.sent[before:] if s.request.method == "POST" and s.status == 200]
     assert any(pulled[0].ack_id in a["ack_ids"] for a in acks), f"the duplicate was not acknowledged: {acks} {pulled} {[(s.request.method, s.status) for s in recorder.sent[before:]]}"
+
+
+def test_the_asyncio_client_keeps_the_discipline_and_the_order(bus: Bus) -> None:
+    import asyncio
+
+    from storybus_client import AsyncClient
+
+    s = story()
+    messages = [snapshot(s, n) for n in range(1, 4)]
+    other = snapshot(story(), 1)
+    recorder = Recorder(decorate=answers_by_body({messages[0].raw: ["bus.publish_failed", "lost"]}))
+
+    async def main() -> list[int]:
+        async with AsyncClient(bus.url, WORKSPACE, cms(bus, recorder), transport=recorder, clock=FakeClock()) as client:
+            results = await asyncio.gather(*(client.publish(m) for m in [*messages, other]))
+        return [r.status for r in results]
+
+    assert asyncio.run(main()) == [200, 202, 202, 202]
+    story_bodies = [x.request.body for x in recorder.publishes() if x.request.body != other.raw]
+    assert story_bodies == [messages[0].raw] * 3 + [m.raw for m in messages[1:]]

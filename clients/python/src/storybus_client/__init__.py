@@ -22,9 +22,12 @@ messages about one change:
 Consumers pull with :class:`Consumer`, which acknowledges explicitly and
 drops the duplicates of at-least-once delivery by message_id
 (:class:`Dedup`).
+
+:class:`AsyncClient` publishes from asyncio code, with the same discipline.
 """
 
 from . import rules
+from .aio import AsyncClient
 from .client import SANDBOX_HEADER, SANDBOX_LOST, Client, PublishResult, ResendResult
 from .clock import Clock, SystemClock
 from .consumer import Consumer, Delivery, Handler
@@ -59,6 +62,7 @@ __version__ = "0.1.0"
 __all__ = [
     "rules",
     "Client",
+    "AsyncClient",
     "PublishResult",
     "ResendResult",
     "SANDBOX_HEADER",
