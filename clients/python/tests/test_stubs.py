@@ -29,6 +29,7 @@ from storybus_client import (
     RetryPolicy,
     ServerError,
     StaticToken,
+    TraceContext,
 )
 
 
@@ -328,3 +329,14 @@ def test_stub_a_consumer_retries_a_failed_pull_and_reports_it(stub: Callable[...
     acks = [e for e in s.exchanges if e.method == "POST"]
     assert [json.loads(a.body) for a in acks] == [{"ack_ids": ["a-1"]}]
     assert s.exchanges[0].path == "/v1/tenants/newsroom/consumers/stub-reader/messages?max=10&wait=0ms"
+
+
+def test_stub_the_callers_trace_goes_with_every_publish(stub: Callable[..., Stub]) -> None:
+    ambient = TraceContext("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "vendor=1")
+    given = TraceContext("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+    s = stub(lambda n, ex: accepted())
+    with client_for(s, FakeClock(), trace_context=lambda: ambient) as c:
+        c.publish(MESSAGE)
+        c.send(MESSAGE, trace=given).result(timeout=10)
+    sent = [(e.headers.get("traceparent"), e.headers.get("tracestate")) for e in s.publishes()]
+    assert sent == [(ambient.traceparent, "vendor=1"), (given.traceparent, None)]
