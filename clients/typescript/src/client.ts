@@ -80,8 +80,11 @@ export interface PublishOptions {
 
 /** Result is a message's final success. */
 export interface Result {
+  /** messageId is the message's message_id. */
   messageId: string;
+  /** messageType is the message's message_type. */
   messageType: string;
+  /** family is the family the bus published the message to; "" on 200 duplicate, whose answer names none. */
   family: string;
   /** status is 202 (accepted and published) or 200 (already published). */
   status: number;
@@ -95,6 +98,7 @@ export interface Result {
 
 /** ResendResult is what became of one outbox entry in a resend. */
 export interface ResendResult {
+  /** entry is the outbox entry, where it is after the resend. */
   entry: Entry;
   /** result is set when the message was delivered (202 or 200); the entry is removed. */
   result?: Result;
@@ -280,7 +284,9 @@ export class Client {
       e.outboxEntry = "";
       throw e;
     }
-    if (this.#outbox && (await this.#outbox.pending(m.key)).length > 0) {
+    // An outbox that cannot be read holds nothing back: the message is sent.
+    const kept = this.#outbox ? await this.#outbox.pending(m.key).catch(() => []) : [];
+    if (this.#outbox && kept.length > 0) {
       // The story has messages kept from before: they go first.
       const { blocked } = await this.#drain(this.#outbox, m.key, options);
       if (blocked) {

@@ -33,9 +33,10 @@ export interface ConsumerOptions {
   max?: number;
   /**
    * waitMs is how long a pull waits for a first message, up to 20 s;
-   * default 20 s. noWait makes every pull return at once.
+   * default 20 s.
    */
   waitMs?: number;
+  /** noWait makes every pull return at once. */
   noWait?: boolean;
   /** dedup drops redelivered messages; default newDedup({clock}), in memory. openDedup's keeps them across restarts. */
   dedup?: Dedup;
@@ -51,8 +52,11 @@ export interface ConsumerOptions {
 
 /** Delivery is one delivered message. */
 export interface Delivery {
+  /** messageId is the message's message_id. */
   messageId: string;
+  /** messageType is the message's message_type. */
   messageType: MessageType;
+  /** family is the family the message was published to. */
   family: Family;
   /** ackId acknowledges this delivery, and only this one. */
   ackId: string;
@@ -65,6 +69,7 @@ export interface Delivery {
    * `propagation.extract(ROOT_CONTEXT, delivery)`).
    */
   traceparent?: string;
+  /** tracestate is the W3C tracestate that goes with traceparent, when there was one. */
   tracestate?: string;
   /** message is the SOM message, parsed. */
   message: SOMMessage;

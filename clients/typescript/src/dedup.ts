@@ -36,7 +36,7 @@ export class Dedup {
   readonly #clock: Clock;
   #journal: Journal | undefined;
 
-  /** @internal */
+  /** constructor returns an in-memory de-duplicator: newDedup. */
   constructor(options: DedupOptions = {}) {
     const size = options.size && options.size > 0 ? options.size : DEFAULT_DEDUP_SIZE;
     const windowMs = options.windowMs && options.windowMs > 0 ? options.windowMs : DEFAULT_DEDUP_WINDOW_MS;
@@ -74,8 +74,14 @@ export class Dedup {
     this.#journal?.close();
   }
 
-  /** @internal */
-  attach(file: string): void {
+  /** open returns a de-duplicator that keeps its ids in file as well: openDedup. */
+  static open(file: string, options: DedupOptions = {}): Dedup {
+    const d = new Dedup(options);
+    d.#attach(file);
+    return d;
+  }
+
+  #attach(file: string): void {
     let text = "";
     try {
       text = readFileSync(file, "utf8");
@@ -119,9 +125,7 @@ export function newDedup(options: DedupOptions = {}): Dedup {
  * it.
  */
 export function openDedup(file: string, options: DedupOptions = {}): Dedup {
-  const d = new Dedup(options);
-  d.attach(file);
-  return d;
+  return Dedup.open(file, options);
 }
 
 function line(id: string, atMs: number): string {

@@ -120,20 +120,35 @@ export type ErrorClass = "none" | "invalid" | "not-allowed" | "story-changed" | 
 
 /** StorybusErrorInit holds the fields of a new StorybusError. */
 export interface StorybusErrorInit {
+  /** status: StorybusError.status. */
   status?: number;
+  /** rule: StorybusError.rule. */
   rule?: string;
+  /** violations: StorybusError.violations. */
   violations?: Violation[];
+  /** text: StorybusError.text. */
   text?: string;
+  /** oauth2: StorybusError.oauth2. */
   oauth2?: string;
+  /** retryAfterMs: StorybusError.retryAfterMs. */
   retryAfterMs?: number;
+  /** requestId: StorybusError.requestId. */
   requestId?: string;
+  /** messageId: StorybusError.messageId. */
   messageId?: string;
+  /** messageType: StorybusError.messageType. */
   messageType?: string;
+  /** attempts: StorybusError.attempts. */
   attempts?: number;
+  /** kept: StorybusError.kept. */
   kept?: boolean;
+  /** outboxEntry: StorybusError.outboxEntry. */
   outboxEntry?: string;
+  /** notResent: StorybusError.notResent. */
   notResent?: boolean;
+  /** snapshot: StorybusError.snapshot. */
   snapshot?: boolean;
+  /** cause: StorybusError.cause. */
   cause?: unknown;
 }
 

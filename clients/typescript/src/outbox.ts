@@ -8,7 +8,9 @@ import type { Message } from "./message.js";
 export interface Entry {
   /** id names the entry in its outbox. */
   id: string;
+  /** messageId is the kept message's message_id. */
   messageId: string;
+  /** messageType is the kept message's message_type. */
   messageType: string;
   /** key is the story (or asset) that orders the entry. */
   key: string;
@@ -16,8 +18,9 @@ export interface Entry {
   keptAt: Date;
   /** attempts counts every send of the message, over every resend. */
   attempts: number;
-  /** status and rule are the last answer's, 0 and "" when there was none. */
+  /** status is the last answer's HTTP status, 0 when there was none. */
   status: number;
+  /** rule is the last answer's rule, "" when there was none. */
   rule: string;
   /** reason is the last failure, for people. */
   reason: string;
@@ -107,6 +110,7 @@ export class FileOutbox implements Outbox {
     return new FileOutbox(dir);
   }
 
+  /** put keeps message behind every message of its story already kept. */
   async put(message: Message, cause: StorybusError | undefined, at: Date): Promise<Entry> {
     const e: Entry = {
       id: "",
@@ -144,6 +148,7 @@ export class FileOutbox implements Outbox {
     }
   }
 
+  /** list returns the pending entries, oldest first. */
   async list(): Promise<Entry[]> {
     const keys = await readdir(path.join(this.dir, pendingDir), { withFileTypes: true });
     const all: Entry[] = [];
@@ -153,18 +158,22 @@ export class FileOutbox implements Outbox {
     return sortEntries(all);
   }
 
+  /** pending returns the pending entries of one story, in order. */
   async pending(key: string): Promise<Entry[]> {
     return this.#entries(`${pendingDir}/${encodeKey(key)}`);
   }
 
+  /** refused returns the entries the bus refused on a resend, oldest first. */
   async refused(): Promise<Entry[]> {
     return sortEntries(await this.#entries(refusedDir));
   }
 
+  /** get returns the entry with the id. */
   async get(id: string): Promise<Entry> {
     return readEntry(this.#path(id), id);
   }
 
+  /** remove deletes an entry, and the story's directory once it is empty. */
   async remove(id: string): Promise<void> {
     const p = this.#path(id);
     await rm(p, { force: true });
@@ -175,12 +184,14 @@ export class FileOutbox implements Outbox {
     }
   }
 
+  /** update records another failed resend of a pending entry, in place. */
   async update(entry: Entry, cause: StorybusError): Promise<void> {
     const e = { ...entry };
     record(e, cause);
     await writeEntry(this.#path(e.id), e, true);
   }
 
+  /** refuse moves an entry to refused/ and returns it there. */
   async refuse(entry: Entry, cause: StorybusError | Error): Promise<Entry> {
     const old = entry.id;
     const e: Entry = { ...entry, refused: true, id: `${refusedDir}/${path.posix.basename(old)}` };

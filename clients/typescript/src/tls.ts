@@ -11,8 +11,9 @@ export interface TLSFiles {
    * --cacert). Left out: those roots, and NODE_EXTRA_CA_CERTS when set.
    */
   caFile?: string;
-  /** certFile and keyFile are the client's certificate and key, for a bus that takes mutual TLS. Both or neither. */
+  /** certFile is the client's certificate, for a bus that takes mutual TLS; with keyFile or not at all. */
   certFile?: string;
+  /** keyFile is the key of certFile. */
   keyFile?: string;
 }
 
