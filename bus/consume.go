@@ -194,7 +194,7 @@ func (s *Server) consumerStart(c *gin.Context, withBody bool) (*consumeRequest, 
 		// about bodies, judge it as the JSON it answers with.
 		r.contentType = &contentType{mediaType: "application/json"}
 	}
-	if !runStages(&r.request, stages) {
+	if !s.runStages(&r.request, stages) {
 		return nil, false
 	}
 	if !consumerName.MatchString(r.name) {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -48,6 +49,8 @@ type request struct {
 	// lost drops the answer of an accepted message (a sandbox's
 	// SandboxLost).
 	lost bool
+	// release gives back the workspace's slot the request holds (admit).
+	release func()
 }
 
 // contentType is a request's Content-Type: its media type in lower case,
@@ -90,7 +93,7 @@ func refused(vs ...rules.Violation) outcome { return outcome{refusals: vs} }
 
 // runStages runs stages in order until one stops the request, and answers
 // its refusal. It reports whether every stage let the request go on.
-func runStages(r *request, stages []stage) bool {
+func (s *Server) runStages(r *request, stages []stage) bool {
 	defer noteRequest(r)
 	for _, st := range stages {
 		_, span := startSpan(r.c.Request.Context(), st.name)
@@ -107,6 +110,7 @@ func runStages(r *request, stages []stage) bool {
 				// rather than read the body to keep it.
 				r.c.Header("Connection", "close")
 			}
+			s.holdRefusal(r, out.refusals[0].Rule, r.retry)
 			refuse(r.c, r.retry, out.refusals...)
 			return false
 		}
@@ -115,17 +119,18 @@ func runStages(r *request, stages []stage) bool {
 }
 
 // stages returns the pipeline of SPEC §3.2 up to grants (stage 9), with
-// auth as stage 3 and a sandbox's provoked answers right after it; the
-// publish core runs stages 10 to 13.
+// auth as stage 3, then the workspace's capacity (admit) and a sandbox's
+// provoked answers; the publish core runs stages 10 to 13.
 //
 // A request's declared size is checked first, but its body is read only
 // once its token is verified, so that a client without credentials makes
 // the bus hold none of its bytes; signedBody routes (AWS Signature V4,
 // whose signature covers the body) read it before authenticating.
 func (s *Server) stages(auth func(*request) outcome, signedBody bool) []stage {
-	first := s.bodyAfterToken(auth)
+	admit := stage{"workspace capacity", s.admit}
+	first := slices.Insert(s.bodyAfterToken(auth), 2, admit)
 	if signedBody {
-		first = []stage{{"size", s.readSignedBody}, {"authentication", auth}}
+		first = []stage{{"size", s.readSignedBody}, {"authentication", auth}, admit}
 	}
 	return append(first, []stage{
 		{"sandbox answer", s.sandboxAnswer},
@@ -158,7 +163,12 @@ func (s *Server) publishWith(c *gin.Context, stages []stage) {
 	ctx, cancel := context.WithTimeout(c.Request.Context(), s.opts.RequestTimeout)
 	defer cancel()
 	req := &request{c: c, ws: ws, cfg: ws.cfg.Load()}
-	if !runStages(req, stages) {
+	defer func() {
+		if req.release != nil {
+			req.release()
+		}
+	}()
+	if !s.runStages(req, stages) {
 		return
 	}
 	hash, err := req.msg.ContentHash()
@@ -183,6 +193,7 @@ func (s *Server) publishWith(c *gin.Context, stages []stage) {
 	case out.Abandoned:
 		panic(http.ErrAbortHandler)
 	case out.Refusal != nil:
+		s.holdRefusal(req, out.Refusal.Rule, out.RetryAfter)
 		refuseStatus(c, out.Status, out.RetryAfter, *out.Refusal)
 	case out.Duplicate:
 		writeJSON(c, http.StatusOK, Duplicate{Accepted: true, Duplicate: true, MessageID: req.msg.MessageID})

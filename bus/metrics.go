@@ -22,6 +22,7 @@ type Metrics struct {
 	api       *prometheus.CounterVec
 	delivered *prometheus.CounterVec
 	acked     *prometheus.CounterVec
+	held      prometheus.Gauge
 	// collectors are those NewMetrics registers.
 	collectors []prometheus.Collector
 	// answers and stores keep the series of requests and store operations
@@ -79,8 +80,12 @@ func NewMetrics() *Metrics {
 			Name: "storybus_consumer_acked_messages_total",
 			Help: "Deliveries answered through the ack route, by workspace, connection and action (ack, nak, in_progress, term).",
 		}, []string{"workspace", "connection", "action"}),
+		held: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "storybus_refusals_held",
+			Help: "Over-share refusals (rate.limited, workspace.busy, policy.busy) being held before they are answered (--refusal-hold).",
+		}),
 	}
-	m.collectors = []prometheus.Collector{m.requests, m.latency, m.storeOps, m.policyErr, m.reloads, m.api, m.delivered, m.acked,
+	m.collectors = []prometheus.Collector{m.requests, m.latency, m.storeOps, m.policyErr, m.reloads, m.api, m.delivered, m.acked, m.held,
 		buildinfo.NewCollector(), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})}
 	m.Registry.MustRegister(m.collectors...)
 	return m

@@ -5,6 +5,7 @@
 package bus
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -76,6 +77,17 @@ type Options struct {
 	Consumers *ConsumerLimits
 	// RequestTimeout bounds a whole publish; default 10s.
 	RequestTimeout time.Duration
+	// RefusalHold is how long at most a refusal meaning "faster than your
+	// share" (rate.limited, workspace.busy, policy.busy) is held, up to its
+	// Retry-After, before it is answered; 0 answers at once (serve holds
+	// DefaultRefusalHold).
+	RefusalHold time.Duration
+	// HeldRefusals bounds the refusals held at once; past it they are
+	// answered at once. 0 takes DefaultHeldRefusals.
+	HeldRefusals int
+	// RequestConcurrency is the requestConcurrency of workspaces whose
+	// configuration sets none; 0 takes DefaultRequestConcurrency.
+	RequestConcurrency int
 	// BodyBytesInFlight bounds the bytes of request bodies being read at
 	// once, across workspaces; 0 takes DefaultBodyBytesInFlight.
 	BodyBytesInFlight int64
@@ -104,6 +116,8 @@ type Server struct {
 	metrics    *Metrics
 	mu         sync.Mutex // serialises Apply
 	workspaces atomic.Pointer[map[string]*workspace]
+	// held counts the refusals holdRefusal is holding.
+	held atomic.Int64
 	// bearerStages and iamStages are the publish routes' stages 2 to 9,
 	// with a bearer token or an AWS signature as stage 3.
 	bearerStages, iamStages []stage
@@ -128,6 +142,8 @@ type workspace struct {
 	policy  *policy.Engine
 	core    *publish.Core
 	limiter limiterSlot
+	// capacity bounds the workspace's requests past authentication.
+	capacity capacity
 }
 
 func init() { gin.SetMode(gin.ReleaseMode) }
@@ -145,6 +161,12 @@ func New(o Options) *Server {
 	}
 	if o.RequestTimeout <= 0 {
 		o.RequestTimeout = 10 * time.Second
+	}
+	if o.HeldRefusals <= 0 {
+		o.HeldRefusals = DefaultHeldRefusals
+	}
+	if o.RequestConcurrency <= 0 {
+		o.RequestConcurrency = DefaultRequestConcurrency
 	}
 	if o.BodyBytesInFlight <= 0 {
 		o.BodyBytesInFlight = DefaultBodyBytesInFlight
@@ -186,6 +208,7 @@ func (s *Server) Apply(ctx context.Context, cfg *config.Workspace) error {
 		if err := ws.policy.Update(ctx, cfg); err != nil {
 			return fmt.Errorf("workspace %q: %w", cfg.ID, err)
 		}
+		ws.capacity.resize(cmp.Or(cfg.RequestConcurrency, s.opts.RequestConcurrency))
 		ws.cfg.Store(cfg)
 		return nil
 	}
@@ -216,6 +239,7 @@ func (s *Server) Apply(ctx context.Context, cfg *config.Workspace) error {
 		SoleWriter:     s.opts.SoleWriter,
 		TopicRetention: s.opts.TopicRetention,
 	})}
+	ws.capacity.resize(cmp.Or(cfg.RequestConcurrency, s.opts.RequestConcurrency))
 	// A crash may have left published messages without their records:
 	// they are rebuilt from the topic before the first publish.
 	started := time.Now()

@@ -40,7 +40,7 @@ func TestRunStagesStopsAtTheFirstThatDecides(t *testing.T) {
 				}},
 				{"later", func(*request) outcome { later = true; return outcome{} }},
 			}
-			goesOn := runStages(&request{c: c}, stages)
+			goesOn := (&Server{}).runStages(&request{c: c}, stages)
 			if goesOn != tc.goesOn || later != tc.goesOn {
 				t.Fatalf("went on %v, later stage ran %v; want %v", goesOn, later, tc.goesOn)
 			}

@@ -97,6 +97,12 @@ type Workspace struct {
 	// policy package's default (half the bus's cores). Past it a publish
 	// is answered 503 policy.busy, never queued.
 	PolicyConcurrency int `json:"policyConcurrency,omitempty"`
+	// RequestConcurrency bounds the workspace's publish requests past
+	// authentication at once in one bus (their bodies, policy evaluations
+	// and store operations), from 1 to 10,000; zero takes the bus's
+	// default (64). Past it a publish is answered 503 workspace.busy,
+	// never queued.
+	RequestConcurrency int `json:"requestConcurrency,omitempty"`
 	// Connections are the producers and consumers allowed in.
 	Connections []Connection `json:"connections,omitempty"`
 	// Sandbox makes the workspace a sandbox for producers' tests: a
@@ -548,6 +554,9 @@ func (w *Workspace) Validate() error {
 	}
 	if n := w.PolicyConcurrency; n < 0 || n > 64 {
 		add("policyConcurrency %d must be between 1 and 64", n)
+	}
+	if n := w.RequestConcurrency; n < 0 || n > 10000 {
+		add("requestConcurrency %d must be between 1 and 10000", n)
 	}
 	modules, tenantRules := map[string]bool{}, map[string]bool{}
 	for i, m := range w.Policies {

@@ -95,6 +95,7 @@ const (
 	StoryNotOwner          = "story.not_owner"
 	PolicyTimeout          = "policy.timeout"
 	PolicyBusy             = "policy.busy"
+	WorkspaceBusy          = "workspace.busy"
 	CommitContention       = "commit.contention"
 	BusPublishFailed       = "bus.publish_failed"
 	RegistryUnavailable    = "registry.unavailable"
@@ -236,6 +237,9 @@ var policyRules = []Rule{
 	{ID: PolicyBusy, Status: http.StatusServiceUnavailable, Source: SourcePolicy, Stage: 12, Retry: retryBackoff,
 		Meaning: "As many evaluations of the workspace's own policy modules as the workspace may run at once in this bus (policyConcurrency, by default half its cores) were running. Nothing was recorded or published; nothing waits in a queue.",
 		Fix:     "Retry with the same message_id and body, honouring Retry-After. If it persists, the workspace publishes faster than its policy decides: tell the workspace admin."},
+	{ID: WorkspaceBusy, Status: http.StatusServiceUnavailable, Source: SourcePolicy, Stage: 3, Retry: retryBackoff,
+		Meaning: "The workspace had as many publish requests past authentication in this bus as it may (requestConcurrency, 64 by default): the bound keeps one workspace's flood from holding the bus's memory and store for the others. Nothing was read, recorded or published; nothing waits in a queue.",
+		Fix:     "Retry with the same message_id and body, honouring Retry-After. If it persists, the workspace sends more at once than it is configured for: spread the producers' sends, or ask the platform for a higher requestConcurrency."},
 	{ID: CommitContention, Status: http.StatusConflict, Source: SourcePolicy, Stage: 13, Retry: "With a fresh snapshot",
 		Meaning: "Another writer changed the story at the same moment. Nothing was recorded for this message.",
 		Fix:     "Rebuild the snapshot from current state and send it after a moment. If it keeps happening, two processes write one story."},

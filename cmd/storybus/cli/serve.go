@@ -53,6 +53,11 @@ type ServeOptions struct {
 	// MaxConnections bounds the publish port's open connections; 0 means
 	// no bound.
 	MaxConnections int
+	// RequestConcurrency is the requestConcurrency of workspaces whose
+	// configuration sets none.
+	RequestConcurrency int
+	// RefusalHold is how long at most an over-share refusal is held.
+	RefusalHold time.Duration
 	// TokenAttempts limits failed attempts at the token endpoint.
 	TokenAttempts bus.TokenAttempts
 	// TLSCertFile and TLSKeyFile, when set, make the publish port serve
@@ -96,6 +101,8 @@ func (o *ServeOptions) bind(cmd *cobra.Command) {
 	bindLogFlags(cmd, &o.LogFormat, &o.LogLevel)
 	f.IntVar(&o.MaxConnections, "max-connections", DefaultMaxConnections, "open connections the publish port serves at once; more wait to be accepted (0: no bound)")
 	f.StringVar(&o.MemoryLimit, "memory-limit", "", "the memory the bus may use, in bytes or as a Kubernetes quantity (1Gi): the Go heap is kept under nine tenths of it unless GOMEMLIMIT is set; empty sets nothing")
+	f.DurationVar(&o.RefusalHold, "refusal-hold", bus.DefaultRefusalHold, "how long at most a rate.limited, workspace.busy or policy.busy refusal is held, up to its Retry-After, before it is answered, so that a producer retrying at once spins no faster than its share (0: answer at once)")
+	f.IntVar(&o.RequestConcurrency, "request-concurrency", bus.DefaultRequestConcurrency, "publish requests of one workspace past authentication at once, for workspaces whose configuration sets no requestConcurrency; past it 503 workspace.busy")
 	f.BoolVar(&o.AccessLog, "access-log", true, "log one line per request on the publish port (--access-log=false turns it off)")
 	f.IntVar(&o.TokenAttempts.PerClientAddress, "token-failures-per-client-address", bus.DefaultTokenAttempts.PerClientAddress, "failed token requests with one client id from one source address, within --token-failure-window, that lock the client id out from that address (0: no limit)")
 	f.IntVar(&o.TokenAttempts.PerClient, "token-failures-per-client", bus.DefaultTokenAttempts.PerClient, "failed token requests with one client id from all addresses, within --token-failure-window, after which only addresses it succeeded from may try it (0: no limit)")
@@ -114,6 +121,12 @@ func (o *ServeOptions) bind(cmd *cobra.Command) {
 func (o *ServeOptions) validate() error {
 	if err := validateLogFlags(o.LogFormat, o.LogLevel); err != nil {
 		return err
+	}
+	if o.RefusalHold < 0 || o.RefusalHold > time.Minute {
+		return usageError{errors.New("--refusal-hold must be between 0 and 1m")}
+	}
+	if o.RequestConcurrency < 0 || o.RequestConcurrency > 10000 {
+		return usageError{errors.New("--request-concurrency must be between 1 and 10000")}
 	}
 	if o.MaxConnections < 0 {
 		return usageError{errors.New("--max-connections must be 0 or more")}
@@ -298,6 +311,7 @@ func Serve(ctx context.Context, o ServeOptions, cfgs []*config.Workspace, log *s
 	if tp != nil {
 		bo.TracerProvider = tp
 		logTracingErrors(log)
+		RequestConcurrency: o.RequestConcurrency, RefusalHold: o.RefusalHold,
 		defer func() {
 			// The last spans are sent before the process ends.
 			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
