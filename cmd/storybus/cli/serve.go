@@ -305,13 +305,13 @@ func Serve(ctx context.Context, o ServeOptions, cfgs []*config.Workspace, log *s
 		return err
 	}
 	bo := bus.Options{Store: st, Faults: faults, TopicRetention: o.TopicRetention, Logger: log, AccessLog: access, TokenAttempts: &o.TokenAttempts, TrustedProxies: proxies, Consumers: &o.Consumers,
+		RequestConcurrency: o.RequestConcurrency, RefusalHold: o.RefusalHold,
 		// The embedded store's only writer is this process (its data
 		// directory is locked) unless it also serves NATS clients.
 		SoleWriter: ns != nil && o.NATSListen == ""}
 	if tp != nil {
 		bo.TracerProvider = tp
 		logTracingErrors(log)
-		RequestConcurrency: o.RequestConcurrency, RefusalHold: o.RefusalHold,
 		defer func() {
 			// The last spans are sent before the process ends.
 			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
