@@ -163,6 +163,19 @@ test-python: build ## Run the Python client's tests (clients/python) against sto
 test-typescript: build ## Run the TypeScript client's tests (clients/typescript) against storybus dev, the conformance scenarios included.
 	cd clients/typescript && npm ci --no-audit --no-fund --loglevel=error && npm run build && STORYBUS_BIN=$(BIN)/storybus npm test
 
+# clients/typescript/src/openapi.ts is generated from docs/openapi.yaml by
+# the client's pinned openapi-typescript.
+.PHONY: typescript-types
+typescript-types: ## Regenerate the TypeScript client's wire types (clients/typescript/src/openapi.ts) from docs/openapi.yaml.
+	cd clients/typescript && npm ci --no-audit --no-fund --loglevel=error && npm run generate
+
+.PHONY: verify-typescript-types
+verify-typescript-types: ## Fail when clients/typescript/src/openapi.ts differs from what `make typescript-types` makes.
+	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	cd clients/typescript && npm ci --no-audit --no-fund --loglevel=error && \
+	node_modules/.bin/openapi-typescript ../../docs/openapi.yaml -o $$tmp/openapi.ts >/dev/null && \
+	diff -u src/openapi.ts $$tmp/openapi.ts || { echo "clients/typescript/src/openapi.ts is stale: run make typescript-types"; exit 1; }
+
 .PHONY: race
 race: envtest-tools ## Run the tests of every package whose code runs concurrently under the race detector (go test -race).
 	KUBEBUILDER_ASSETS=$(BIN) $(GO) test -race $(GOTEST_FLAGS) $(RACE_PKGS)
@@ -197,6 +210,6 @@ docs: ## Regenerate the generated docs (docs/rules.md).
 	$(GO) test ./bus/rules/ -run TestDocMatchesCatalogue -update
 
 .PHONY: verify
-verify: lint verify-manifests verify-chart ## Lint, and fail when generated files or go.mod/go.sum are stale.
+verify: lint verify-manifests verify-chart verify-typescript-types ## Lint, and fail when generated files or go.mod/go.sum are stale.
 	$(GO) test ./bus/rules/ -run TestDocMatchesCatalogue
 	$(GO) mod tidy -diff
