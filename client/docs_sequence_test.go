@@ -124,11 +124,11 @@ func readDoc(t *testing.T, path string) string {
 	return string(b)
 }
 
-// printed returns the outputs a page shows after "It prints:", in order.
+// printed returns the outputs a page shows of its Go blocks, in order.
 func printed(t *testing.T, path string) []string {
 	t.Helper()
 	var out []string
-	for _, m := range regexp.MustCompile("(?s)It prints:\n\n```\n(.*?)```").FindAllStringSubmatch(readDoc(t, path), -1) {
+	for _, m := range regexp.MustCompile(goOutput).FindAllStringSubmatch(readDoc(t, path), -1) {
 		out = append(out, m[1])
 	}
 	return out

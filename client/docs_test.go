@@ -17,7 +17,8 @@ func TestDocsShowTheTestedExamples(t *testing.T) {
 	}
 	examples := normalise(string(src))
 	block := regexp.MustCompile("(?s)```go\n(.*?)```")
-	output := regexp.MustCompile("(?s)It prints:\n\n```\n(.*?)```")
+	// The output of a Go block, not of the other languages' blocks.
+	output := regexp.MustCompile(goOutput)
 	for _, doc := range []string{"../docs/producers.md", "../docs/consumers.md"} {
 		b, err := os.ReadFile(doc)
 		if err != nil {
@@ -47,6 +48,10 @@ func TestDocsShowTheTestedExamples(t *testing.T) {
 		}
 	}
 }
+
+// goOutput matches a Go block followed by what it prints; the group is
+// the output.
+const goOutput = "(?s)```go\n(?:[^`]|`[^`]|``[^`])*```\n\nIt prints:\n\n```\n(.*?)```"
 
 // normalise drops indentation and blank lines.
 func normalise(s string) string {

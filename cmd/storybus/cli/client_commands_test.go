@@ -189,7 +189,7 @@ func TestPublishKeepsAndOutboxResends(t *testing.T) {
 		t.Fatalf("list: %d %s", code, out)
 	}
 	code, out, _ = run(t, "", "outbox", "list", "--outbox", outbox)
-	if code != ExitOK || !strings.Contains(out, "story:story-k") || !strings.Contains(out, "no answer") {
+	if code != ExitOK || !strings.Contains(out, " story-k ") || !strings.Contains(out, "no answer") {
 		t.Fatalf("table: %d %s", code, out)
 	}
 

@@ -47,7 +47,8 @@ func newConsumeCommand() *cobra.Command {
 			"(no answer, 429, 5xx) are retried with backoff, except with --once.\n\n" +
 			"Exit codes: 0 success or interrupted; 1 error; 2 usage; 3 refused (400, 409: a bad request, or a\n" +
 			"consumer name of another connection); 4 not allowed (401 after a fresh token, 403: a family\n" +
-			"outside the grant); 5 --once, and the pull got no answer or 429/5xx.",
+			"outside the grant; the bus's certificate not trusted); 5 --once, and the pull got no answer or\n" +
+			"429/5xx.",
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) != 1 {
 				return usageError{errors.New("consume needs one consumer NAME")}
@@ -84,7 +85,7 @@ func newConsumeCommand() *cobra.Command {
 				return enc.Encode(ConsumeLine{d.MessageID, d.MessageType, d.Family, d.Delivery, compact(d.Message)})
 			}
 			if o.Once {
-				return classify(consumeOnce(cmd.Context(), c, print))
+				return classify(explained(consumeOnce(cmd.Context(), c, print)))
 			}
 			ctx, cancel := context.WithCancel(cmd.Context())
 			defer cancel()
@@ -104,7 +105,7 @@ func newConsumeCommand() *cobra.Command {
 			if writeErr != nil {
 				return writeErr
 			}
-			return classify(err)
+			return classify(explained(err))
 		},
 	}
 	o.bind(cmd)
@@ -116,6 +117,18 @@ func newConsumeCommand() *cobra.Command {
 	f.BoolVar(&o.Once, "once", false, "pull once, print and acknowledge what came, and stop")
 	f.StringVar(&o.DedupFile, "dedup-file", "", "a file that keeps the printed message_ids (24 hours, 100,000 at most), so that a message delivered again after a restart is not printed twice")
 	return cmd
+}
+
+// explained adds the bus's explanation of a refusal (the first violation's
+// message: "connection wire may not consume story-event") to an error for
+// the person reading stderr. The client's own text leaves it out, since a
+// program branches on status and rule, never on a message.
+func explained(err error) error {
+	e, ok := client.AsError(err)
+	if !ok || len(e.Violations) == 0 || e.Violations[0].Message == "" {
+		return err
+	}
+	return fmt.Errorf("%w (the bus says %q)", err, e.Violations[0].Message)
 }
 
 // consumeOnce pulls once, prints every message and acknowledges those

@@ -3,6 +3,7 @@ package cli
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -65,13 +66,13 @@ func newOutboxListCommand() *cobra.Command {
 				return nil
 			}
 			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ENTRY\tMESSAGE ID\tTYPE\tSTORY\tKEPT AT\tATTEMPTS\tLAST ANSWER")
+			fmt.Fprintln(tw, "ENTRY\tMESSAGE ID\tTYPE\tSTORY/ASSET\tKEPT AT\tATTEMPTS\tLAST ANSWER")
 			for _, e := range entries {
 				last := "no answer"
 				if e.Status != 0 {
 					last = fmt.Sprintf("%d %s", e.Status, e.Rule)
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", e.ID, e.MessageID, e.MessageType, e.Key,
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", e.ID, e.MessageID, e.MessageType, storyColumn(e.Key),
 					e.KeptAt.Format(time.RFC3339), e.Attempts, last)
 			}
 			return tw.Flush()
@@ -81,6 +82,19 @@ func newOutboxListCommand() *cobra.Command {
 	cmd.Flags().BoolVar(&asJSON, "json", false, "one line of JSON per entry, with its message")
 	cmd.Flags().BoolVar(&refused, "refused", false, "list the entries the bus refused on a resend")
 	return cmd
+}
+
+// storyColumn is what the STORY/ASSET column shows of an entry's key, the
+// client's own name of what orders it: the story_id (story.context,
+// story.event) or the asset_id (asset.reference), or "-" for a message
+// ordered by neither.
+func storyColumn(key string) string {
+	for _, kind := range []string{"story:", "asset:"} {
+		if id, ok := strings.CutPrefix(key, kind); ok {
+			return id
+		}
+	}
+	return "-"
 }
 
 func newOutboxResendCommand() *cobra.Command {

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -25,9 +24,9 @@ const (
 	// or the input is not a JSON object. Do not resend it unchanged.
 	ExitRefused = 3
 	// ExitNotAllowed: configuration. The credentials were refused even
-	// with a fresh token (401), or the connection may not do this (403, or
-	// unauthorized_client at the token endpoint).
-	// Alert an administrator.
+	// with a fresh token (401), the connection may not do this (403, or
+	// unauthorized_client at the token endpoint), or the bus's TLS
+	// certificate is not trusted. Alert an administrator.
 	ExitNotAllowed = 4
 	// ExitNotDelivered: no final answer after every retry (timeouts,
 	// network errors, 429, 5xx). The message is kept in the outbox.
@@ -35,8 +34,9 @@ const (
 )
 
 const exitCodesHelp = `Exit codes: 0 success; 1 error (I/O, the outbox); 2 usage; 3 refused by the bus, or not a
-JSON object: do not resend unchanged; 4 not allowed (401 after a fresh token, 403): configuration;
-5 not delivered after every retry: kept in the outbox. With several messages, the largest code.`
+JSON object: do not resend unchanged; 4 not allowed (401 after a fresh token, 403, the bus's
+certificate not trusted): configuration; 5 not delivered after every retry: kept in the outbox.
+With several messages, the largest code.`
 
 // exitError is an error with its exit code.
 type exitError struct {
@@ -61,7 +61,8 @@ func exitCode(err error) int {
 		return ExitOK
 	case !ok:
 		return ExitError
-	case e.Status == http.StatusUnauthorized || e.Status == http.StatusForbidden || e.OAuth2 == client.OAuth2UnauthorizedClient:
+	case e.Status == http.StatusUnauthorized || e.Status == http.StatusForbidden || e.OAuth2 == client.OAuth2UnauthorizedClient,
+		errors.Is(err, client.ErrUntrustedCertificate):
 		return ExitNotAllowed
 	case e.Refused():
 		return ExitRefused
@@ -174,60 +175,106 @@ func newPublishCommand() *cobra.Command {
 }
 
 // publisher sends messages in order, a few at a time, and prints a line
-// for each in input order.
+// for each input item in input order.
 type publisher struct {
 	c       *client.Client
 	out     *json.Encoder
-	pending []*client.Pending
+	pending []inputItem
 	code    int
 	failed  int
 	total   int
 	lastErr error
 }
 
+// inputItem is one item of the input: a message handed to the client, or
+// input that is not a message, with where it is.
+type inputItem struct {
+	pd  *client.Pending
+	bad *ResultLine
+}
+
 func (p *publisher) file(cmd *cobra.Command, name string) error {
 	var r io.Reader = cmd.InOrStdin()
+	where := "stdin"
 	if name != "-" {
 		f, err := os.Open(name)
 		if err != nil {
 			return err
 		}
 		defer f.Close()
-		r = f
+		r, where = f, name
 	}
-	dec := json.NewDecoder(bufio.NewReader(r))
+	in := newItemReader(r)
 	for {
-		var raw json.RawMessage
-		err := dec.Decode(&raw)
+		raw, pos, err := in.next()
 		if err == io.EOF {
 			return nil
 		}
 		if err != nil {
-			return exitError{code: ExitRefused, err: fmt.Errorf("%s: the input is not JSON: %w", name, err)}
+			return fmt.Errorf("%s: %w", where, err)
 		}
-		m, err := client.NewMessage(raw)
-		if err != nil {
-			return exitError{code: ExitRefused, err: fmt.Errorf("%s: %w", name, err)}
+		item := inputItem{}
+		if m, err := newInputMessage(raw); err != nil {
+			at := fmt.Sprintf("%s:%d:%d", where, pos.line, pos.column)
+			item.bad = &ResultLine{Input: at, Class: client.ClassInvalid.String(), Error: at + ": " + err.Error()}
+		} else {
+			item.pd = p.c.Send(cmd.Context(), m)
 		}
 		if len(p.pending) >= maxPending {
 			p.print(p.pending[0])
 			p.pending = p.pending[1:]
 		}
-		p.pending = append(p.pending, p.c.Send(cmd.Context(), m))
+		p.pending = append(p.pending, item)
 	}
 }
 
+// newInputMessage makes an input item a message, or says why it is not
+// one: not JSON, or JSON but not an object.
+func newInputMessage(raw []byte) (*client.Message, error) {
+	var v any
+	if !json.Valid(raw) {
+		return nil, fmt.Errorf("not JSON: %w", json.Unmarshal(raw, &v))
+	}
+	if raw[0] != '{' {
+		_ = json.Unmarshal(raw, &v)
+		return nil, fmt.Errorf("not a JSON object: %s", jsonKind(v))
+	}
+	return client.NewMessage(raw)
+}
+
+// jsonKind names the kind of a decoded JSON value.
+func jsonKind(v any) string {
+	switch v.(type) {
+	case []any:
+		return "an array"
+	case string:
+		return "a string"
+	case float64:
+		return "a number"
+	case bool:
+		return "a boolean"
+	}
+	return "null"
+}
+
 func (p *publisher) flush() {
-	for _, pd := range p.pending {
-		p.print(pd)
+	for _, it := range p.pending {
+		p.print(it)
 	}
 	p.pending = nil
 }
 
-func (p *publisher) print(pd *client.Pending) {
-	res, err := pd.Wait()
+func (p *publisher) print(it inputItem) {
 	p.total++
-	_ = p.out.Encode(resultLine(pd.Message().ID(), res, err))
+	if it.bad != nil {
+		_ = p.out.Encode(it.bad)
+		p.failed++
+		p.lastErr = errors.New(it.bad.Error)
+		p.code = max(p.code, ExitRefused)
+		return
+	}
+	res, err := it.pd.Wait()
+	_ = p.out.Encode(resultLine(it.pd.Message().ID(), res, err))
 	if err != nil {
 		p.failed++
 		p.lastErr = err
@@ -241,14 +288,17 @@ func (p *publisher) result() error {
 	}
 	err := p.lastErr
 	if p.total > 1 {
-		err = fmt.Errorf("%d of %d messages not published; the last: %w", p.failed, p.total, p.lastErr)
+		err = fmt.Errorf("%d of %d input items not published; the last: %w", p.failed, p.total, p.lastErr)
 	}
 	return exitError{code: p.code, err: err}
 }
 
-// ResultLine is the line of JSON printed for every message.
+// ResultLine is the line of JSON printed for every input item.
 type ResultLine struct {
-	MessageID   string             `json:"message_id"`
+	MessageID string `json:"message_id"`
+	// Input is where an item that is not a message starts in the input,
+	// FILE:LINE:COLUMN ("stdin" for the standard input).
+	Input       string             `json:"input,omitempty"`
 	Status      int                `json:"status"`
 	Duplicate   bool               `json:"duplicate,omitempty"`
 	Tolerated   []client.Violation `json:"tolerated,omitempty"`

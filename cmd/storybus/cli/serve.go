@@ -266,6 +266,12 @@ func Serve(ctx context.Context, o ServeOptions, cfgs []*config.Workspace, log *s
 		if err != nil {
 			return err
 		}
+		if o.NATSListen != "" {
+			// Whoever reaches it may read and write every workspace's
+			// stream and records: the embedded server asks for no
+			// credentials (docs/consumers.md).
+			log.Warn("embedded NATS serves clients without authentication", "nats", ns.ClientURL())
+		}
 		defer func() {
 			ns.Shutdown()
 			ns.WaitForShutdown()

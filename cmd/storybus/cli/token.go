@@ -51,17 +51,29 @@ func (o *ConnectionOptions) bind(cmd *cobra.Command) {
 	readEnv(cmd, "url", "workspace", "client-id", "client-secret", "ca-file")
 }
 
+// tokenExitCodesHelp ends `storybus token --help`: a token request has no
+// message to refuse, keep or resend.
+const tokenExitCodesHelp = `Exit codes: 0 the token is printed; 1 error; 2 usage; 3 the token request is refused (400:
+a bug); 4 not allowed (401 invalid_client: the client id or secret; 400 unauthorized_client: an
+inactive connection; the bus's certificate not trusted): configuration; 5 no answer, 429 (locked
+out after failed attempts) or 5xx: try again later.`
+
+// validate checks that every setting is there, and builds the HTTP client.
+// Each missing setting is named once, with the ways to give it.
 func (o *ConnectionOptions) validate() error {
 	var missing []string
 	for _, f := range []struct{ name, value string }{
-		{"--url", o.URL}, {"--workspace", o.Workspace}, {"--client-id", o.ClientID}, {"--client-secret or " + EnvClientSecret + " (or --cert-file)", o.ClientSecret + o.TLS.CertFile},
+		{"--url (or " + EnvURL + ")", o.URL},
+		{"--workspace (or " + EnvWorkspace + ")", o.Workspace},
+		{"--client-id (or " + EnvClientID + ")", o.ClientID},
+		{"the client secret: --client-secret (or " + EnvClientSecret + "), or a client certificate with --cert-file", o.ClientSecret + o.TLS.CertFile},
 	} {
 		if f.value == "" {
-			missing = append(missing, f.name)
+			missing = append(missing, "missing "+f.name)
 		}
 	}
 	if len(missing) > 0 {
-		return usageError{fmt.Errorf("missing %s", strings.Join(missing, ", "))}
+		return usageError{errors.New(strings.Join(missing, "; "))}
 	}
 	hc, err := client.NewHTTPClient(o.TLS, 0)
 	if err != nil {
@@ -87,7 +99,7 @@ func newTokenCommand() *cobra.Command {
 		Short: "Get a bearer token for a connection and print it",
 		Long: "token asks the workspace's token endpoint for a bearer token with the connection's client id and\n" +
 			"secret, and prints it on one line (TOKEN=$(storybus token …)), or the whole answer with --json.\n\n" +
-			exitCodesHelp,
+			tokenExitCodesHelp,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := o.validate(); err != nil {
