@@ -76,6 +76,11 @@ export interface PublishOptions {
   signal?: AbortSignal;
   /** trace is the W3C trace context the publish continues. */
   trace?: TraceContext;
+  /**
+   * sandboxAnswer sends the Storybus-Sandbox-Answer header with every
+   * attempt of this publish, instead of Options.sandboxAnswer's.
+   */
+  sandboxAnswer?: string;
 }
 
 /** Result is a message's final success. */
@@ -404,7 +409,8 @@ export class Client {
       Authorization: `Bearer ${token}`,
       ...traceHeaders(options.trace ?? this.#o.traceContext?.()),
     };
-    const sandbox = typeof this.#o.sandboxAnswer === "function" ? this.#o.sandboxAnswer(n, m) : this.#o.sandboxAnswer;
+    const option = this.#o.sandboxAnswer;
+    const sandbox = options.sandboxAnswer ?? (typeof option === "function" ? option(n, m) : option);
     if (sandbox) headers[SANDBOX_ANSWER_HEADER] = sandbox;
     const t = withTimeout(options.signal, this.#timeoutMs);
     try {

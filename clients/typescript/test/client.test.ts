@@ -114,8 +114,8 @@ describe("publish", () => {
   });
 
   it("keeps a message at once when Retry-After is longer than it waits for", async () => {
-    const { client, recorder } = setup({ sandboxAnswer: RULE_QUOTA_EXCEEDED, outbox: await openOutbox(tempDir()) });
-    const err = await client.publish(snapshot(1)).catch((e: unknown) => e);
+    const { client, recorder } = setup({ sandboxAnswer: "bus.publish_failed", outbox: await openOutbox(tempDir()) });
+    const err = await client.publish(snapshot(1), { sandboxAnswer: RULE_QUOTA_EXCEEDED }).catch((e: unknown) => e);
     assert.ok(err instanceof StorybusError);
     assert.deepEqual([err.status, err.rule, err.kept, err.attempts], [429, RULE_QUOTA_EXCEEDED, true, 1]);
     assert.ok(err.retryAfterMs > 0);
