@@ -100,6 +100,11 @@ type TenantSpec struct {
 	// +optional
 	Policies []PolicyModule `json:"policies,omitempty"`
 
+	// Capacity bounds what the workspace may hold of each bus pod at once,
+	// so that its load cannot starve another workspace the pod serves.
+	// +optional
+	Capacity *TenantCapacity `json:"capacity,omitempty"`
+
 	// Sandbox makes the workspace a sandbox for producers' tests: a publish
 	// request may ask for any answer of the publish routes with the
 	// Storybus-Sandbox-Answer header, and nothing is recorded or published
@@ -504,4 +509,23 @@ type TenantList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	// Items are the Tenants.
 	Items []Tenant `json:"items"`
+}
+
+// TenantCapacity bounds a workspace's share of one bus pod. Past a bound a
+// publish is answered 503 with Retry-After at once, never queued.
+type TenantCapacity struct {
+	// PolicyConcurrency is the evaluations of spec.policies that may run
+	// at once; past it 503 policy.busy. Default: half the pod's cores, at
+	// least 1.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=64
+	// +optional
+	PolicyConcurrency int32 `json:"policyConcurrency,omitempty"`
+	// RequestConcurrency is the publish requests past authentication at
+	// once (their bodies, policy evaluations and store operations); past
+	// it 503 workspace.busy. Default: the bus's --request-concurrency (64).
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=10000
+	// +optional
+	RequestConcurrency int32 `json:"requestConcurrency,omitempty"`
 }

@@ -83,6 +83,9 @@ func Compile(in Input) (*config.Workspace, error) {
 	if l := t.Spec.Limits; l != nil {
 		w.Limits = limits(*l)
 	}
+	if c := t.Spec.Capacity; c != nil {
+		w.PolicyConcurrency, w.RequestConcurrency = int(c.PolicyConcurrency), int(c.RequestConcurrency)
+	}
 	if f := t.Spec.Firewall; f != nil {
 		w.Firewall = config.Firewall{
 			AllowedCIDRs:    slices.Clone(f.AllowedCIDRs),

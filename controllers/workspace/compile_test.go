@@ -91,6 +91,7 @@ func TestCompile(t *testing.T) {
 			t.Spec.Limits = &v1alpha1.Limits{RatePerSecond: 5, Burst: 10, DailyQuota: 100}
 			t.Spec.Firewall = &v1alpha1.Firewall{AllowedCIDRs: []string{"10.0.0.0/8"}, MaxJSONDepth: 8, BlockedPatterns: []string{"(?i)lorem"}}
 			t.Spec.Policies = []v1alpha1.PolicyModule{{Name: "house", Rego: "package storybus.tenant.house\n", Rules: []v1alpha1.TenantRule{{ID: "tenant.house.style", Status: 409}}}}
+			t.Spec.Capacity = &v1alpha1.TenantCapacity{PolicyConcurrency: 2, RequestConcurrency: 32}
 		})},
 		check: func(t *testing.T, w *config.Workspace) {
 			if w.ID != "ws-1" || w.IdempotencyWindow.Duration != 240*time.Hour || w.TokenTTL.Duration != 30*time.Minute {
@@ -104,6 +105,9 @@ func TestCompile(t *testing.T) {
 			}
 			if len(w.Policies) != 1 || w.Policies[0].Name != "house" || w.Policies[0].Rules[0].Status != 409 {
 				t.Errorf("policies: %+v", w.Policies)
+			}
+			if w.PolicyConcurrency != 2 || w.RequestConcurrency != 32 {
+				t.Errorf("capacity: policyConcurrency %d, requestConcurrency %d", w.PolicyConcurrency, w.RequestConcurrency)
 			}
 		},
 	}, {
