@@ -54,7 +54,7 @@ describe("stub bus", () => {
     bodies = [];
     answers = [() => undefined /* never answered */, accepted];
     const clock = new FakeClock();
-    const client = new Client({ url, workspace: "newsroom", tokens: new StaticToken("t"), attemptTimeoutMs: 200, clock });
+    const client = new Client({ url, workspace: "newsroom", tokens: new StaticToken("t"), attemptTimeoutMs: 1000, clock });
     const m = event();
     const res = await client.publish(m);
     assert.deepEqual([res.status, res.attempts], [202, 2]);
