@@ -16,7 +16,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/spf13/cobra"
 	"golang.org/x/net/netutil"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -24,7 +23,6 @@ import (
 	"github.com/storybus/storybus/bus"
 	"github.com/storybus/storybus/bus/config"
 	"github.com/storybus/storybus/bus/publish"
-	"github.com/storybus/storybus/bus/store"
 	"github.com/storybus/storybus/bus/tlsconfig"
 	"github.com/storybus/storybus/internal/buildinfo"
 )
@@ -238,57 +236,6 @@ func Serve(ctx context.Context, o ServeOptions, cfgs []*config.Workspace, log *s
 	if o.NATSURL != "" && (o.NATSListen != "" || o.Sync != SyncAlways || o.SyncInterval != 0) {
 		log.Warn("--sync, --sync-interval and --nats-listen apply to the embedded store only; the external cluster's own configuration decides")
 	}
-	var ns *server.Server
-	// cleanStart: the store was stopped cleanly, every record flushed, and
-	// the start rebuilds none from the topic. markClean: this run may leave
-	// the mark when it stops, because no record can be missing: it started
-	// clean, or it rebuilt the records of every workspace in the store.
-	cleanStart, markClean := false, false
-	if o.NATSURL == "" {
-		lock, err := store.LockDataDir(o.DataDir)
-		if err != nil {
-			return err
-		}
-		defer lock.Close()
-		// The mark is taken now, so a crash of this run, or a start that
-		// fails before it rebuilt every workspace's records, is never
-		// mistaken for a clean stop.
-		if cleanStart, err = store.TakeCleanStop(o.DataDir); err != nil {
-			return fmt.Errorf("data directory: %w", err)
-		}
-		markClean = cleanStart
-		ns, err = store.StartEmbedded(store.EmbeddedOptions{
-			DataDir:      o.DataDir,
-			SyncAlways:   o.Sync == SyncAlways,
-			SyncInterval: o.SyncInterval,
-			Listen:       o.NATSListen,
-		})
-		if err != nil {
-			return err
-		}
-		if o.NATSListen != "" {
-			// Whoever reaches it may read and write every workspace's
-			// stream and records: the embedded server asks for no
-			// credentials (docs/consumers.md).
-			log.Warn("embedded NATS serves clients without authentication", "nats", ns.ClientURL())
-		}
-		defer func() {
-			ns.Shutdown()
-			ns.WaitForShutdown()
-			if !markClean {
-				return
-			}
-			if err := store.MarkCleanStop(o.DataDir); err != nil {
-				log.Warn("could not mark the store's clean stop; the next start rebuilds records from the topic", "error", err)
-			}
-		}()
-	}
-	st, err := store.Connect(store.Options{URL: o.NATSURL, Embedded: ns, CredentialsFile: o.NATSCreds, Replicas: o.Replicas, Name: "storybus-bus", CleanStart: cleanStart})
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-
 	var faults publish.Faults
 	if o.FaultKill != "" {
 		faults = func(_ context.Context, p publish.FaultPoint, _ string) error {
@@ -310,11 +257,8 @@ func Serve(ctx context.Context, o ServeOptions, cfgs []*config.Workspace, log *s
 	if err != nil {
 		return err
 	}
-	bo := bus.Options{Store: st, Faults: faults, TopicRetention: o.TopicRetention, Logger: log, AccessLog: access, TokenAttempts: &o.TokenAttempts, TrustedProxies: proxies, Consumers: &o.Consumers,
-		RequestConcurrency: o.RequestConcurrency, RefusalHold: o.RefusalHold,
-		// The embedded store's only writer is this process (its data
-		// directory is locked) unless it also serves NATS clients.
-		SoleWriter: ns != nil && o.NATSListen == ""}
+	bo := bus.Options{Faults: faults, TopicRetention: o.TopicRetention, Logger: log, AccessLog: access, TokenAttempts: &o.TokenAttempts, TrustedProxies: proxies, Consumers: &o.Consumers,
+		RequestConcurrency: o.RequestConcurrency, RefusalHold: o.RefusalHold}
 	if tp != nil {
 		bo.TracerProvider = tp
 		logTracingErrors(log)
@@ -328,12 +272,19 @@ func Serve(ctx context.Context, o ServeOptions, cfgs []*config.Workspace, log *s
 		}()
 		log.Info("tracing requests", "exporter", "otlp")
 	}
-	srv := bus.New(bo)
-	for _, cfg := range cfgs {
-		if err := srv.Apply(ctx, cfg); err != nil {
-			return err
-		}
+	ro := bus.RunOptions{
+		DataDir: o.DataDir, SyncAlways: o.Sync == SyncAlways, SyncInterval: o.SyncInterval, NATSListen: o.NATSListen,
+		NATSURL: o.NATSURL, NATSCredentials: o.NATSCreds, Replicas: o.Replicas,
+		Bus: bo, Workspaces: cfgs,
 	}
+	return bus.Run(ctx, ro, func(ctx context.Context, srv *bus.Server) error {
+		return serveHTTP(ctx, o, cfgs, srv, log, ready)
+	})
+}
+
+// serveHTTP serves srv's publish API and operations endpoints, and reloads
+// the watched configuration files, until ctx ends or a listener fails.
+func serveHTTP(ctx context.Context, o ServeOptions, cfgs []*config.Workspace, srv *bus.Server, log *slog.Logger, ready func(api, ops net.Addr)) error {
 	for i, path := range o.watch {
 		// A changed file is applied in place; one that does not load or
 		// compile is logged and counted, and the previous one stays.
@@ -389,7 +340,7 @@ func Serve(ctx context.Context, o ServeOptions, cfgs []*config.Workspace, log *s
 	}()
 	go func() { errc <- ops.Serve(opsLn) }()
 	build := buildinfo.Get()
-	log.Info("storybus bus serving", "version", build.Version, "commit", build.Commit, "goVersion", build.GoVersion, "api", apiLn.Addr().String(), "ops", opsLn.Addr().String(), "tls", tlsConfig != nil, "embedded", ns != nil, "soleWriter", bo.SoleWriter, "sync", o.Sync)
+	log.Info("storybus bus serving", "version", build.Version, "commit", build.Commit, "goVersion", build.GoVersion, "api", apiLn.Addr().String(), "ops", opsLn.Addr().String(), "tls", tlsConfig != nil, "embedded", o.NATSURL == "", "soleWriter", srv.SoleWriter(), "sync", o.Sync)
 	if ready != nil {
 		ready(apiLn.Addr(), opsLn.Addr())
 	}
@@ -401,39 +352,10 @@ func Serve(ctx context.Context, o ServeOptions, cfgs []*config.Workspace, log *s
 	defer cancel()
 	_ = api.Shutdown(shutdownCtx)
 	_ = ops.Shutdown(shutdownCtx)
-	srv.Wait()
-	if ns != nil && !cleanStart {
-		markClean = everyWorkspaceServed(shutdownCtx, st, srv, log)
-	}
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil
 	}
 	return err
-}
-
-// everyWorkspaceServed reports whether every workspace whose topic is in
-// the store was served by this run, so had its records rebuilt when it
-// was applied. A workspace the configuration left out keeps its need of a
-// rebuild: no clean stop is marked until a run serves it.
-func everyWorkspaceServed(ctx context.Context, st *store.Store, srv *bus.Server, log *slog.Logger) bool {
-	names := st.JS.StreamNames(ctx)
-	var missing []string
-	for name := range names.Name() {
-		if ws, ok := strings.CutPrefix(name, store.StreamName("")); ok {
-			if _, served := srv.Config(ws); !served {
-				missing = append(missing, ws)
-			}
-		}
-	}
-	if err := names.Err(); err != nil {
-		log.Warn("could not list the store's workspaces; the next start rebuilds records from the topic", "error", err)
-		return false
-	}
-	if len(missing) > 0 {
-		log.Warn("workspaces in the store were not served; the next start rebuilds records from the topic", "workspaces", missing)
-		return false
-	}
-	return true
 }
 
 // serverTLS returns the publish port's TLS configuration, or nil without
