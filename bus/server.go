@@ -126,7 +126,8 @@ type Server struct {
 	// AWS-signed route).
 	bodyBytes, signedBodyBytes atomic.Int64
 	engine                     *gin.Engine
-	// rejected holds, by file, configurations whose last load failed.
+	// rejected holds, by source file, the last failed load of a workspace
+	// configuration or of the publish port's TLS key pair.
 	rejectedMu sync.Mutex
 	rejected   map[string]rejection
 	// tokens caches verified bearer tokens (see verifyToken).
@@ -248,10 +249,10 @@ func (s *Server) Apply(ctx context.Context, cfg *config.Workspace) error {
 		return fmt.Errorf("workspace %q: rebuilding records from the topic: %w", cfg.ID, err)
 	}
 	if rec.Messages > 0 {
-		s.log.Info("checked the records of the topic's latest messages", "workspace", cfg.ID, "read_from", rec.From, "messages", rec.Messages, "took", time.Since(started).Round(time.Millisecond).String())
+		s.log.Info("checked the records of the topic's latest messages", "workspace", cfg.ID, "read_since", rec.From, "messages", rec.Messages, "took", time.Since(started).Round(time.Millisecond).String())
 	}
 	if rec.Rebuilt > 0 || rec.Marked > 0 {
-		s.log.Warn("rebuilt records a crash had lost", "workspace", cfg.ID, "read_from", rec.From, "messages", rec.Messages, "rebuilt", rec.Rebuilt, "marked", rec.Marked)
+		s.log.Warn("rebuilt records a crash had lost", "workspace", cfg.ID, "read_since", rec.From, "messages", rec.Messages, "rebuilt", rec.Rebuilt, "marked", rec.Marked)
 	}
 	if rec.Skipped > 0 {
 		s.log.Warn("the topic holds messages the bus did not publish", "workspace", cfg.ID, "skipped", rec.Skipped)
@@ -463,9 +464,9 @@ type rejection struct {
 	err   error
 }
 
-// ConfigErrors returns, by workspace id (or file, when the id is not
-// known), the last configuration that failed to load; the previous one
-// keeps serving.
+// ConfigErrors returns the last failed load of each source: by workspace
+// id for a configuration (or its file, when the id is not known), by
+// certificate file for a TLS key pair. The previous one keeps serving.
 func (s *Server) ConfigErrors() map[string]error {
 	out := map[string]error{}
 	s.rejectedMu.Lock()
