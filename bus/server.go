@@ -27,6 +27,7 @@ import (
 
 	"github.com/storybus/storybus/bus/auth"
 	"github.com/storybus/storybus/bus/config"
+	"github.com/storybus/storybus/bus/limits"
 	"github.com/storybus/storybus/bus/publish"
 	"github.com/storybus/storybus/bus/store"
 	"github.com/storybus/storybus/docs"
@@ -65,7 +66,7 @@ type Options struct {
 	// for serving.
 	WithoutPolicy bool
 	// TokenAttempts limits failed attempts at the token endpoint; nil
-	// takes DefaultTokenAttempts.
+	// takes DefaultTokenAttempts().
 	TokenAttempts *TokenAttempts
 	// TrustedProxies are the addresses of the proxies (a Gateway, an
 	// Ingress controller, a load balancer) whose X-Forwarded-For gives the
@@ -73,8 +74,8 @@ type Options struct {
 	// address is the peer's.
 	TrustedProxies []netip.Prefix
 	// Consumers bound the consumer routes' durable consumers; nil takes
-	// DefaultConsumerLimits.
-	Consumers *ConsumerLimits
+	// store.DefaultConsumerLimits().
+	Consumers *store.ConsumerLimits
 	// RequestTimeout bounds a whole publish; default 10s.
 	RequestTimeout time.Duration
 	// RefusalHold is how long at most a refusal meaning "faster than your
@@ -109,7 +110,7 @@ type Options struct {
 type Server struct {
 	opts       Options
 	attempts   TokenAttempts
-	consumers  ConsumerLimits
+	consumers  *store.Consumers
 	log        *slog.Logger
 	access     *slog.Logger
 	tracer     trace.Tracer // nil when tracing is off
@@ -118,9 +119,8 @@ type Server struct {
 	workspaces atomic.Pointer[map[string]*workspace]
 	// held counts the refusals holdRefusal is holding.
 	held atomic.Int64
-	// bearerStages and iamStages are the publish routes' stages 2 to 9,
-	// with a bearer token or an AWS signature as stage 3.
-	bearerStages, iamStages []stage
+	// pipelines are the routes' stage lists.
+	pipelines pipelines
 	// bodyBytes are the bytes reserved by the bodies being read after
 	// authentication, signedBodyBytes by those read before it (the
 	// AWS-signed route).
@@ -136,13 +136,13 @@ type Server struct {
 
 // workspace is one served workspace: its current configuration, swapped
 // atomically on reload, its publish core, and its limiter (rate limits,
-// quotas and token attempts), opened on first use.
+// quotas and token attempts).
 type workspace struct {
 	id      string
 	cfg     atomic.Pointer[config.Workspace]
 	policy  *policy.Engine
 	core    *publish.Core
-	limiter limiterSlot
+	limiter *limits.Limiter
 	// capacity bounds the workspace's requests past authentication.
 	capacity capacity
 }
@@ -173,18 +173,24 @@ func New(o Options) *Server {
 		o.BodyBytesInFlight = DefaultBodyBytesInFlight
 	}
 	log := slog.New(requestIDs{o.Logger.Handler()})
-	s := &Server{opts: o, attempts: DefaultTokenAttempts, log: log, access: o.AccessLog, metrics: o.Metrics, tokens: auth.NewCache(maxCachedTokens)}
+	s := &Server{opts: o, attempts: DefaultTokenAttempts(), log: log, access: o.AccessLog, metrics: o.Metrics, tokens: auth.NewCache(maxCachedTokens)}
 	if o.TracerProvider != nil {
 		s.tracer = o.TracerProvider.Tracer(TracerName)
 	}
 	if o.TokenAttempts != nil {
 		s.attempts = *o.TokenAttempts
 	}
-	s.consumers = DefaultConsumerLimits
+	consumers := store.DefaultConsumerLimits()
 	if o.Consumers != nil {
-		s.consumers = *o.Consumers
+		consumers = *o.Consumers
 	}
-	s.bearerStages, s.iamStages = s.stages(s.authenticate, false), s.stages(s.authenticateIAM, true)
+	if o.Store != nil {
+		s.consumers = o.Store.Consumers(consumers, log)
+	}
+	s.pipelines = pipelines{
+		publish: s.publishStages(), publishIAM: s.publishIAMStages(),
+		pull: s.pullStages(), ack: s.ackStages(),
+	}
 	s.workspaces.Store(&map[string]*workspace{})
 	s.engine = s.routes()
 	s.metrics.Registry.MustRegister(stateCollector{s})
@@ -192,34 +198,48 @@ func New(o Options) *Server {
 }
 
 // Apply serves the workspace configuration, adding the workspace or
-// replacing its configuration in place without interrupting requests.
+// replacing its configuration in place without interrupting requests: it
+// builds what the configuration needs (build), then swaps it in (swapIn).
+// A configuration that fails to build leaves the workspace as it was.
 func (s *Server) Apply(ctx context.Context, cfg *config.Workspace) error {
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("workspace %q: %w", cfg.ID, err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	current := *s.workspaces.Load()
-	if ws, ok := current[cfg.ID]; ok {
+	ws, added, err := s.build(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	s.swapIn(ws, cfg, added)
+	return nil
+}
+
+// build makes what cfg needs before it is served: for a workspace not yet
+// served, its store objects, policy engine and publish core, with the
+// records a crash lost rebuilt from the topic; for one already served, its
+// store objects and its policy compiled and put in force (policy.Update
+// swaps atomically, or leaves the old one). added says which. s.mu is
+// held.
+func (s *Server) build(ctx context.Context, cfg *config.Workspace) (ws *workspace, added bool, err error) {
+	if ws, ok := (*s.workspaces.Load())[cfg.ID]; ok {
 		// The store first: should it fail, the policy and the configuration
 		// both stay as they were.
 		if _, err := s.opts.Store.OpenWorkspace(ctx, cfg.ID, cfg.IdempotencyWindow.Duration, s.opts.TopicRetention); err != nil {
-			return err
+			return nil, false, err
 		}
 		if err := ws.policy.Update(ctx, cfg); err != nil {
-			return fmt.Errorf("workspace %q: %w", cfg.ID, err)
+			return nil, false, fmt.Errorf("workspace %q: %w", cfg.ID, err)
 		}
-		ws.capacity.resize(cmp.Or(cfg.RequestConcurrency, s.opts.RequestConcurrency))
-		ws.cfg.Store(cfg)
-		return nil
+		return ws, false, nil
 	}
 	engine, err := policy.New(ctx, cfg)
 	if err != nil {
-		return fmt.Errorf("workspace %q: %w", cfg.ID, err)
+		return nil, false, fmt.Errorf("workspace %q: %w", cfg.ID, err)
 	}
 	sw, err := s.opts.Store.OpenWorkspace(ctx, cfg.ID, cfg.IdempotencyWindow.Duration, s.opts.TopicRetention)
 	if err != nil {
-		return err
+		return nil, false, err
 	}
 	// Published messages carry the request's trace context for their
 	// consumers; with tracing on, every store operation is a span too.
@@ -231,7 +251,13 @@ func (s *Server) Apply(ctx context.Context, cfg *config.Workspace) error {
 	if s.opts.TracerProvider != nil {
 		sw = sw.Traced(s.opts.TracerProvider)
 	}
-	ws := &workspace{id: cfg.ID, policy: engine, core: publish.New(sw, s.opts.Store.JS, publish.Options{
+	// The limits bucket too: rate limits, quotas and token attempts are
+	// counted from the first request on.
+	limiter, err := s.openLimiter(ctx, sw)
+	if err != nil {
+		return nil, false, fmt.Errorf("workspace %q: %w", cfg.ID, err)
+	}
+	ws = &workspace{id: cfg.ID, policy: engine, limiter: limiter, core: publish.New(sw, s.opts.Store.JS, publish.Options{
 		StoreClock:     s.opts.StoreClock,
 		Faults:         s.opts.Faults,
 		Publisher:      pub,
@@ -240,13 +266,12 @@ func (s *Server) Apply(ctx context.Context, cfg *config.Workspace) error {
 		SoleWriter:     s.opts.SoleWriter,
 		TopicRetention: s.opts.TopicRetention,
 	})}
-	ws.capacity.resize(cmp.Or(cfg.RequestConcurrency, s.opts.RequestConcurrency))
 	// A crash may have left published messages without their records:
 	// they are rebuilt from the topic before the first publish.
 	started := time.Now()
 	rec, err := ws.core.Recover(ctx)
 	if err != nil {
-		return fmt.Errorf("workspace %q: rebuilding records from the topic: %w", cfg.ID, err)
+		return nil, false, fmt.Errorf("workspace %q: rebuilding records from the topic: %w", cfg.ID, err)
 	}
 	if rec.Messages > 0 {
 		s.log.Info("checked the records of the topic's latest messages", "workspace", cfg.ID, "read_since", rec.From, "messages", rec.Messages, "took", time.Since(started).Round(time.Millisecond).String())
@@ -257,7 +282,18 @@ func (s *Server) Apply(ctx context.Context, cfg *config.Workspace) error {
 	if rec.Skipped > 0 {
 		s.log.Warn("the topic holds messages the bus did not publish", "workspace", cfg.ID, "skipped", rec.Skipped)
 	}
+	return ws, true, nil
+}
+
+// swapIn puts cfg in force for ws: its capacity and configuration, and, for
+// a workspace added, ws in the map requests find it in. s.mu is held.
+func (s *Server) swapIn(ws *workspace, cfg *config.Workspace, added bool) {
+	ws.capacity.resize(cmp.Or(cfg.RequestConcurrency, s.opts.RequestConcurrency))
 	ws.cfg.Store(cfg)
+	if !added {
+		return
+	}
+	current := *s.workspaces.Load()
 	next := make(map[string]*workspace, len(current)+1)
 	for k, v := range current {
 		next[k] = v
@@ -265,7 +301,6 @@ func (s *Server) Apply(ctx context.Context, cfg *config.Workspace) error {
 	next[cfg.ID] = ws
 	s.workspaces.Store(&next)
 	s.log.Info("serving workspace", "workspace", cfg.ID, "connections", len(cfg.Connections))
-	return nil
 }
 
 // Config returns the configuration a workspace is served with.
@@ -282,9 +317,7 @@ func (s *Server) Config(id string) (*config.Workspace, bool) {
 func (s *Server) Wait() {
 	for _, ws := range *s.workspaces.Load() {
 		ws.core.Wait()
-		if l := ws.limiter.l.Load(); l != nil {
-			l.Wait()
-		}
+		ws.limiter.Wait()
 	}
 }
 
