@@ -327,9 +327,10 @@ func (s *Server) authenticate(r *request) outcome {
 		return refused(rules.New(rules.AuthTokenMissing, "send Authorization: Bearer <token>", ""))
 	}
 	now := s.opts.Clock.Now()
-	claims, cfg, rule := s.verifyToken(r, token, now)
-	if rule != "" {
-		return refused(rules.New(rule, tokenMessages[rule], ""))
+	claims, cfg, err := s.verifyToken(r, token, now)
+	if err != nil {
+		v, _ := rules.RuleOf(err)
+		return refused(v)
 	}
 	if !claims.BoundTo(clientCertificate(r.c.Request)) {
 		return refused(rules.New(rules.AuthTokenInvalid, "the token is bound to a client certificate (cnf x5t#S256); send it over a connection with that certificate", ""))
@@ -348,9 +349,9 @@ const maxCachedTokens = 10_000
 // verifyToken verifies a bearer token, remembering the result until the
 // token expires or its workspace's configuration changes (a rotation, a
 // deactivation), so a producer's token is parsed once, not per request.
-func (s *Server) verifyToken(r *request, token string, now time.Time) (*auth.Claims, *config.Workspace, string) {
+func (s *Server) verifyToken(r *request, token string, now time.Time) (*auth.Claims, *config.Workspace, error) {
 	if claims, cfg, ok := s.tokens.Get(token, now, s.Config); ok {
-		return claims, cfg, ""
+		return claims, cfg, nil
 	}
 	cfg := r.cfg
 	peek, ok := auth.Peek(token)
@@ -359,22 +360,16 @@ func (s *Server) verifyToken(r *request, token string, now time.Time) (*auth.Cla
 		// that workspace's key, so that stage 4 can say workspace.mismatch.
 		other, served := s.workspace(peek.Workspace())
 		if !served {
-			return nil, nil, rules.AuthTokenInvalid
+			return nil, nil, rules.Refuse(rules.AuthTokenInvalid, "the token is malformed or badly signed", "")
 		}
 		cfg = other.cfg.Load()
 	}
-	claims, rule := auth.Verify(cfg, token, now)
-	if rule != "" {
-		return nil, nil, rule
+	claims, err := auth.Verify(cfg, token, now)
+	if err != nil {
+		return nil, nil, err
 	}
 	s.tokens.Add(token, claims, cfg)
-	return claims, cfg, ""
-}
-
-var tokenMessages = map[string]string{
-	rules.AuthTokenInvalid: "the token is malformed or badly signed",
-	rules.AuthTokenExpired: "the token has expired",
-	rules.AuthTokenRevoked: "the token was issued before the connection's last secret rotation",
+	return claims, cfg, nil
 }
 
 // gate is stages 4 to 6: the connection and the firewall, decided by the

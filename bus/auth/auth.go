@@ -118,8 +118,9 @@ func Peek(token string) (*Claims, bool) {
 }
 
 // Verify checks the token against the workspace that issued it, at now,
-// and returns its claims or the rule that refuses it.
-func Verify(ws *config.Workspace, token string, now time.Time) (*Claims, string) {
+// and returns its claims, or the refusal (a *rules.Error: expired, invalid
+// or revoked) that the token breaks.
+func Verify(ws *config.Workspace, token string, now time.Time) (*Claims, error) {
 	var c Claims
 	_, err := jwt.ParseWithClaims(token, &c, func(*jwt.Token) (any, error) { return []byte(ws.SigningKey), nil },
 		jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}),
@@ -133,16 +134,16 @@ func Verify(ws *config.Workspace, token string, now time.Time) (*Claims, string)
 	)
 	switch {
 	case errors.Is(err, jwt.ErrTokenExpired):
-		return nil, rules.AuthTokenExpired
+		return nil, rules.Refuse(rules.AuthTokenExpired, "the token has expired", "")
 	case err != nil:
-		return nil, rules.AuthTokenInvalid
+		return nil, rules.Refuse(rules.AuthTokenInvalid, "the token is malformed or badly signed", "")
 	}
 	conn, ok := ws.Connection(c.Subject)
 	if !ok {
-		return nil, rules.AuthTokenInvalid
+		return nil, rules.Refuse(rules.AuthTokenInvalid, "the token is malformed or badly signed", "")
 	}
 	if c.Rotation != rotationOf(conn) {
-		return nil, rules.AuthTokenRevoked
+		return nil, rules.Refuse(rules.AuthTokenRevoked, "the token was issued before the connection's last secret rotation", "")
 	}
-	return &c, ""
+	return &c, nil
 }

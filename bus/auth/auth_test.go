@@ -24,7 +24,7 @@ func TestIssueAndVerify(t *testing.T) {
 	if err != nil || ttl != time.Hour {
 		t.Fatalf("issue: %v %s", err, ttl)
 	}
-	claims, rule := auth.Verify(ws, token, now.Add(time.Minute))
+	claims, rule := verify(ws, token, now.Add(time.Minute))
 	if rule != "" || claims.Connection() != "cms" || claims.Workspace() != "newsroom" {
 		t.Fatalf("verify: %q %+v", rule, claims)
 	}
@@ -42,7 +42,7 @@ func TestIssueAndVerify(t *testing.T) {
 		"unknown subject": {&config.Workspace{ID: "newsroom", SigningKey: ws.SigningKey}, token, now, rules.AuthTokenInvalid},
 	} {
 		t.Run(name, func(t *testing.T) {
-			if _, rule := auth.Verify(tc.ws, tc.token, tc.at); rule != tc.want {
+			if _, rule := verify(tc.ws, tc.token, tc.at); rule != tc.want {
 				t.Fatalf("rule %q, want %q", rule, tc.want)
 			}
 		})
@@ -55,11 +55,11 @@ func TestRotationRevokesOnlyEarlierTokens(t *testing.T) {
 	old, _, _ := auth.Issue(ws, &ws.Connections[0], now)
 	rotated := now.Add(100 * time.Millisecond) // within the same second as the old token's iat
 	ws.Connections[0].CredentialsRotatedAt = &rotated
-	if _, rule := auth.Verify(ws, old, now.Add(time.Second)); rule != rules.AuthTokenRevoked {
+	if _, rule := verify(ws, old, now.Add(time.Second)); rule != rules.AuthTokenRevoked {
 		t.Fatalf("old token: %q", rule)
 	}
 	fresh, _, _ := auth.Issue(ws, &ws.Connections[0], rotated)
-	if _, rule := auth.Verify(ws, fresh, rotated); rule != "" {
+	if _, rule := verify(ws, fresh, rotated); rule != "" {
 		t.Fatalf("fresh token: %q", rule)
 	}
 }
@@ -111,4 +111,19 @@ func TestAlteredPaddingBitsDecodeToTheSameSignature(t *testing.T) {
 	if altered := alterPaddingBits(token); altered == token || string(sig(altered)) != string(sig(token)) {
 		t.Fatalf("%s and %s", token, altered)
 	}
+}
+
+// verify is auth.Verify with its refusal as the rule id, "" when the token
+// is accepted; it fails the test when Verify refuses with anything but a
+// *rules.Error.
+func verify(ws *config.Workspace, token string, at time.Time) (*auth.Claims, string) {
+	claims, err := auth.Verify(ws, token, at)
+	if err == nil {
+		return claims, ""
+	}
+	v, ok := rules.RuleOf(err)
+	if !ok {
+		panic("Verify refused without a rule: " + err.Error())
+	}
+	return claims, v.Rule
 }

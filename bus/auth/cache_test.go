@@ -26,7 +26,7 @@ func TestCacheEvictsTheLeastRecentlyUsed(t *testing.T) {
 		tokens[i] = token
 	}
 	for _, token := range tokens[:3] {
-		claims, rule := auth.Verify(ws, token, now)
+		claims, rule := verify(ws, token, now)
 		if rule != "" {
 			t.Fatal(rule)
 		}
@@ -35,7 +35,7 @@ func TestCacheEvictsTheLeastRecentlyUsed(t *testing.T) {
 	if _, _, ok := cache.Get(tokens[0], now, served); !ok {
 		t.Fatal("a remembered token is not found")
 	}
-	claims, _ := auth.Verify(ws, tokens[3], now)
+	claims, _ := verify(ws, tokens[3], now)
 	cache.Add(tokens[3], claims, ws)
 	if cache.Len() != 3 {
 		t.Fatalf("a full cache holds %d tokens, want 3", cache.Len())
@@ -68,7 +68,7 @@ func TestCacheForgetsStaleTokens(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			claims, rule := auth.Verify(ws, token, now)
+			claims, rule := verify(ws, token, now)
 			if rule != "" {
 				t.Fatal(rule)
 			}
