@@ -29,7 +29,7 @@ func consumersOf(t *testing.T, js jetstream.JetStream, connection string) []stri
 	}
 	list := topic.ListConsumers(context.Background())
 	for info := range list.Info() {
-		if info.Config.Metadata[bus.ConsumerMetadataConnection] == connection {
+		if info.Config.Metadata[store.ConsumerMetadataConnection] == connection {
 			names = append(names, info.Name)
 		}
 	}
@@ -45,7 +45,7 @@ func consumersOf(t *testing.T, js jetstream.JetStream, connection string) []stri
 // affected.
 func TestConsumersPerConnectionAreLimited(t *testing.T) {
 	ns := startNATS(t)
-	o := bus.Options{Consumers: &bus.ConsumerLimits{PerConnection: 3}}
+	o := bus.Options{Consumers: &store.ConsumerLimits{PerConnection: 3}}
 	replicas := []*harness{newReplicaWith(t, ns, o, consumerConfig("newsroom")), newReplicaWith(t, ns, o, consumerConfig("newsroom"))}
 	h := replicas[0]
 	reader := h.token(t, "newsroom", "reader", readerSecret)
@@ -123,7 +123,7 @@ func post2(req *http.Request) (postResult, error) {
 // idle one is removed by JetStream, freeing its place under the limit.
 func TestIdleConsumersAreRemoved(t *testing.T) {
 	ns := startNATS(t)
-	h := newReplicaWith(t, ns, bus.Options{Consumers: &bus.ConsumerLimits{PerConnection: 1, InactiveThreshold: time.Second}}, consumerConfig("newsroom"))
+	h := newReplicaWith(t, ns, bus.Options{Consumers: &store.ConsumerLimits{PerConnection: 1, InactiveThreshold: time.Second}}, consumerConfig("newsroom"))
 	reader := h.token(t, "newsroom", "reader", readerSecret)
 	js := connectStore(t, ns).JS
 	ctx := context.Background()
@@ -131,7 +131,7 @@ func TestIdleConsumersAreRemoved(t *testing.T) {
 	// A consumer made before the threshold existed has none.
 	_, err := js.CreateConsumer(ctx, store.StreamName("newsroom"), jetstream.ConsumerConfig{
 		Durable: "old", AckPolicy: jetstream.AckExplicitPolicy, FilterSubjects: []string{"som.newsroom.story-context.>"},
-		Metadata: map[string]string{bus.ConsumerMetadataConnection: "reader"},
+		Metadata: map[string]string{store.ConsumerMetadataConnection: "reader"},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -16,6 +16,7 @@ import (
 	"github.com/storybus/storybus/bus"
 	"github.com/storybus/storybus/bus/config"
 	"github.com/storybus/storybus/bus/rules"
+	"github.com/storybus/storybus/bus/store"
 )
 
 const (
@@ -37,9 +38,9 @@ func consumerConfig(id string) *config.Workspace {
 	return w
 }
 
-func newConsumeHarness(t *testing.T) *harness {
+func newConsumeHarness(t *testing.T, options ...func(*bus.Options)) *harness {
 	t.Helper()
-	h := newHarness(t)
+	h := newHarness(t, options...)
 	for _, id := range []string{"newsroom", "other"} {
 		if err := h.srv.Apply(context.Background(), consumerConfig(id)); err != nil {
 			t.Fatal(err)
@@ -215,9 +216,17 @@ func TestConsumeLongPollAnswersWhenAMessageArrives(t *testing.T) {
 	}
 }
 
+// ackWait creates the server's consumers with the ack timeout d.
+func ackWait(d time.Duration) func(*bus.Options) {
+	return func(o *bus.Options) {
+		limits := store.DefaultConsumerLimits()
+		limits.AckWait = d
+		o.Consumers = &limits
+	}
+}
+
 func TestConsumeRedeliversAfterTheAckTimeout(t *testing.T) {
-	defer bus.SetConsumerAckWait(time.Second)()
-	h := newConsumeHarness(t)
+	h := newConsumeHarness(t, ackWait(time.Second))
 	cms := h.token(t, "newsroom", "cms", cmsSecret)
 	reader := h.token(t, "newsroom", "reader", readerSecret)
 	body := snapshot("", "story-rd", 1, "cms")
@@ -377,8 +386,7 @@ func TestConsumePassesTheFirewall(t *testing.T) {
 }
 
 func TestAckIDsAreVerifiedToBelongToTheConsumer(t *testing.T) {
-	defer bus.SetConsumerAckWait(time.Second)()
-	h := newConsumeHarness(t)
+	h := newConsumeHarness(t, ackWait(time.Second))
 	cms := h.token(t, "newsroom", "cms", cmsSecret)
 	all := h.token(t, "newsroom", "all", allSecret)
 	otherCMS := h.token(t, "other", "cms", cmsSecret)
@@ -442,9 +450,9 @@ func TestAckIDsAreVerifiedToBelongToTheConsumer(t *testing.T) {
 
 // The ack route's actions: a nak redelivers at once or after its delay, a
 // term never redelivers, in_progress holds a delivery past the ack timeout.
-// Each consumer's ack timeout is set when its first pull creates it.
+// Each consumer's ack timeout is set when its first pull creates it: each
+// is created through a replica of its own ack timeout, then used through h.
 func TestAckActions(t *testing.T) {
-	defer bus.SetConsumerAckWait(bus.ConsumerAckWait)()
 	h := newConsumeHarness(t)
 	cms := h.token(t, "newsroom", "cms", cmsSecret)
 	reader := h.token(t, "newsroom", "reader", readerSecret)
@@ -461,15 +469,20 @@ func TestAckActions(t *testing.T) {
 	for _, story := range stories {
 		expect(t, h.post(t, "newsroom", cms, snapshot("", story, 1, "cms")), http.StatusAccepted, "")
 	}
-	take := func(name, story string, ackWait time.Duration) bus.Delivery {
+	take := func(name, story string, wait time.Duration) bus.Delivery {
 		t.Helper()
-		bus.SetConsumerAckWait(ackWait)
+		var o bus.Options
+		ackWait(wait)(&o)
+		creator := newReplicaWith(t, h.ns, o, consumerConfig("newsroom"))
 		var mine bus.Delivery
-		for _, d := range h.pullUntil(t, "newsroom", name, reader, "max=10", len(stories)) {
+		for _, d := range creator.pullUntil(t, "newsroom", name, reader, "max=10", len(stories)) {
 			if bytes.Contains(d.Message, []byte(`"`+story+`"`)) {
 				mine = d
 			} else {
-				act(name, d, bus.AckActionAck, "")
+				body, _ := json.Marshal(bus.AckRequest{AckIDs: []string{d.AckID}})
+				if n, a := creator.ackRaw(t, "newsroom", name, reader, body); a.Status != http.StatusOK || n != 1 {
+					t.Fatalf("ack: %d %d %s", n, a.Status, a.Raw)
+				}
 			}
 		}
 		if mine.AckID == "" {

@@ -6,7 +6,6 @@ import (
 	"io"
 	"mime"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/storybus/storybus/bus/auth"
 	"github.com/storybus/storybus/bus/config"
+	"github.com/storybus/storybus/bus/limits"
 	"github.com/storybus/storybus/bus/publish"
 	"github.com/storybus/storybus/bus/rules"
 	"github.com/storybus/storybus/bus/som"
@@ -43,9 +43,10 @@ type request struct {
 	warnings []rules.Violation
 	// contentType is the parsed Content-Type, read once by mediaType.
 	contentType *contentType
-	// rateOnly limits the request by its connection's rate alone, without
-	// the daily quota, which counts accepted messages.
-	rateOnly bool
+	// reservation holds the request's slot of its connection's daily
+	// quota, when it has one (limit), until countAccepted counts it or
+	// the request ends.
+	reservation *limits.Reservation
 	// lost drops the answer of an accepted message (a sandbox's
 	// SandboxLost).
 	lost bool
@@ -72,85 +73,10 @@ func (r *request) mediaType() contentType {
 	return *r.contentType
 }
 
-// stage is one step of the publish pipeline.
-type stage struct {
-	name string
-	run  func(*request) outcome
-}
-
-// outcome is what a stage decided. The zero outcome lets the request go on;
-// refusals refuse it with those violations; answered means the stage wrote
-// the answer itself (API Gateway's 403 on the iam routes), and nothing more
-// is written.
-type outcome struct {
-	refusals []rules.Violation
-	answered bool
-}
-
-// refused is the outcome that refuses the request with vs; with none, the
-// request goes on.
-func refused(vs ...rules.Violation) outcome { return outcome{refusals: vs} }
-
-// runStages runs stages in order until one stops the request, and answers
-// its refusal. It reports whether every stage let the request go on.
-func (s *Server) runStages(r *request, stages []stage) bool {
-	defer noteRequest(r)
-	for _, st := range stages {
-		_, span := startSpan(r.c.Request.Context(), st.name)
-		out := st.run(r)
-		if span != nil {
-			endStageSpan(span, out)
-		}
-		switch {
-		case out.answered:
-			return false
-		case len(out.refusals) > 0:
-			if r.body == nil && r.c.Request.ContentLength != 0 {
-				// Refused before its body was read: end the connection
-				// rather than read the body to keep it.
-				r.c.Header("Connection", "close")
-			}
-			s.holdRefusal(r, out.refusals[0].Rule, r.retry)
-			refuse(r.c, r.retry, out.refusals...)
-			return false
-		}
-	}
-	return true
-}
-
-// stages returns the pipeline of SPEC §3.2 up to grants (stage 9), with
-// auth as stage 3, then the workspace's capacity (admit) and a sandbox's
-// provoked answers; the publish core runs stages 10 to 13.
-//
-// A request's declared size is checked first, but its body is read only
-// once its token is verified, so that a client without credentials makes
-// the bus hold none of its bytes; signedBody routes (AWS Signature V4,
-// whose signature covers the body) read it before authenticating.
-func (s *Server) stages(auth func(*request) outcome, signedBody bool) []stage {
-	admit := stage{"workspace capacity", s.admit}
-	first := slices.Insert(s.bodyAfterToken(auth), 2, admit)
-	if signedBody {
-		first = []stage{{"size", s.readSignedBody}, {"authentication", auth}, admit}
-	}
-	return append(first, []stage{
-		{"sandbox answer", s.sandboxAnswer},
-		{"connection, firewall and limits", s.gate},
-		{"parse", parse},
-		{"som", validate},
-		{"grants", s.grants},
-	}...)
-}
-
-// bodyAfterToken are stages 2 and 3 of a route whose body is read only once
-// the request is authenticated: the declared size, auth, then the body.
-func (s *Server) bodyAfterToken(auth func(*request) outcome) []stage {
-	return []stage{{"size", declaredSize}, {"authentication", auth}, {"body", s.readBody}}
-}
-
 func one(v rules.Violation) []rules.Violation { return []rules.Violation{v} }
 
 // publish handles POST /v1/tenants/{t}/messages.
-func (s *Server) publish(c *gin.Context) { s.publishWith(c, s.bearerStages) }
+func (s *Server) publish(c *gin.Context) { s.publishWith(c, s.pipelines.publish) }
 
 // publishWith runs a publish pipeline: stages (built once by New), then
 // the publish core.
@@ -372,9 +298,29 @@ func (s *Server) verifyToken(r *request, token string, now time.Time) (*auth.Cla
 	return claims, cfg, nil
 }
 
-// gate is stages 4 to 6: the connection and the firewall, decided by the
-// workspace policy in one evaluation, then the limits it returns.
-func (s *Server) gate(r *request) outcome {
+// gate is stages 4 to 6 of the publish routes: the connection and the
+// firewall, decided by the workspace policy in one evaluation, then the
+// rate limit and daily quota it returns.
+func (s *Server) gate(r *request) outcome { return s.gateAs(r, r.mediaType().mediaType, true) }
+
+// ackGate is the ack route's gate. A consumer request accepts no message,
+// so it takes no slot of the daily quota: only the request rate applies.
+func (s *Server) ackGate(r *request) outcome { return s.gateAs(r, r.mediaType().mediaType, false) }
+
+// pullGate is the pull route's gate, as ackGate. A pull has no body: the
+// firewall's content types, which are about bodies, judge one without a
+// Content-Type as the JSON it answers with.
+func (s *Server) pullGate(r *request) outcome {
+	mediaType := "application/json"
+	if r.c.GetHeader("Content-Type") != "" {
+		mediaType = r.mediaType().mediaType
+	}
+	return s.gateAs(r, mediaType, false)
+}
+
+// gateAs decides the gate for a request of the media type, with the daily
+// quota or the rate limit alone.
+func (s *Server) gateAs(r *request, mediaType string, quota bool) outcome {
 	if s.opts.WithoutPolicy {
 		return outcome{}
 	}
@@ -388,7 +334,7 @@ func (s *Server) gate(r *request) outcome {
 		Connection: r.conn.Name,
 		IAM:        r.iam,
 		ClientIP:   clientAddress(r.c),
-		MediaType:  r.mediaType().mediaType,
+		MediaType:  mediaType,
 		JSONDepth:  depth,
 		Body:       r.body,
 	})
@@ -401,7 +347,7 @@ func (s *Server) gate(r *request) outcome {
 		return refused(*verdict.Refusal)
 	}
 	r.limits = verdict.Limits
-	return refused(s.limit(r)...)
+	return refused(s.limit(r, quota)...)
 }
 
 // jsonDepth returns the deepest nesting of objects and arrays in a JSON

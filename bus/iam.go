@@ -63,7 +63,7 @@ func (d *awsDenial) write(c *gin.Context) {
 
 // publishIAM handles POST /v1/tenants/{t}/iam/messages: the publish
 // pipeline, authenticated by an AWS Signature Version 4.
-func (s *Server) publishIAM(c *gin.Context) { s.publishWith(c, s.iamStages) }
+func (s *Server) publishIAM(c *gin.Context) { s.publishWith(c, s.pipelines.publishIAM) }
 
 // authenticateIAM is stage 3 of the iam routes: a Signature Version 4 in
 // the Authorization header, by an access key bound to one of the

@@ -98,7 +98,7 @@ func (s *Server) collectConsumers(ctx context.Context, ws *workspace, ch chan<- 
 		if info.Config.Durable == "" {
 			continue // an ephemeral consumer's name is random: unbounded labels
 		}
-		conn := info.Config.Metadata[ConsumerMetadataConnection]
+		conn := info.Config.Metadata[store.ConsumerMetadataConnection]
 		ch <- prometheus.MustNewConstMetric(pendingDesc, prometheus.GaugeValue, float64(info.NumPending), ws.id, info.Name, conn)
 		ch <- prometheus.MustNewConstMetric(ackPendingDesc, prometheus.GaugeValue, float64(info.NumAckPending), ws.id, info.Name, conn)
 	}
@@ -118,12 +118,8 @@ func (s *Server) collectQuotas(ctx context.Context, ws *workspace, ch chan<- pro
 	if len(quoted) == 0 {
 		return nil
 	}
-	l, err := s.limiter(ws)
-	if err != nil {
-		return err
-	}
 	for _, conn := range quoted {
-		u, err := l.Usage(ctx, conn.Name)
+		u, err := ws.limiter.Usage(ctx, conn.Name)
 		if err != nil {
 			return err
 		}

@@ -27,6 +27,7 @@ import (
 
 	"github.com/storybus/storybus/bus/auth"
 	"github.com/storybus/storybus/bus/config"
+	"github.com/storybus/storybus/bus/limits"
 	"github.com/storybus/storybus/bus/publish"
 	"github.com/storybus/storybus/bus/store"
 	"github.com/storybus/storybus/docs"
@@ -65,7 +66,7 @@ type Options struct {
 	// for serving.
 	WithoutPolicy bool
 	// TokenAttempts limits failed attempts at the token endpoint; nil
-	// takes DefaultTokenAttempts.
+	// takes DefaultTokenAttempts().
 	TokenAttempts *TokenAttempts
 	// TrustedProxies are the addresses of the proxies (a Gateway, an
 	// Ingress controller, a load balancer) whose X-Forwarded-For gives the
@@ -73,8 +74,8 @@ type Options struct {
 	// address is the peer's.
 	TrustedProxies []netip.Prefix
 	// Consumers bound the consumer routes' durable consumers; nil takes
-	// DefaultConsumerLimits.
-	Consumers *ConsumerLimits
+	// store.DefaultConsumerLimits().
+	Consumers *store.ConsumerLimits
 	// RequestTimeout bounds a whole publish; default 10s.
 	RequestTimeout time.Duration
 	// RefusalHold is how long at most a refusal meaning "faster than your
@@ -109,7 +110,7 @@ type Options struct {
 type Server struct {
 	opts       Options
 	attempts   TokenAttempts
-	consumers  ConsumerLimits
+	consumers  *store.Consumers
 	log        *slog.Logger
 	access     *slog.Logger
 	tracer     trace.Tracer // nil when tracing is off
@@ -118,9 +119,8 @@ type Server struct {
 	workspaces atomic.Pointer[map[string]*workspace]
 	// held counts the refusals holdRefusal is holding.
 	held atomic.Int64
-	// bearerStages and iamStages are the publish routes' stages 2 to 9,
-	// with a bearer token or an AWS signature as stage 3.
-	bearerStages, iamStages []stage
+	// pipelines are the routes' stage lists.
+	pipelines pipelines
 	// bodyBytes are the bytes reserved by the bodies being read after
 	// authentication, signedBodyBytes by those read before it (the
 	// AWS-signed route).
@@ -136,13 +136,13 @@ type Server struct {
 
 // workspace is one served workspace: its current configuration, swapped
 // atomically on reload, its publish core, and its limiter (rate limits,
-// quotas and token attempts), opened on first use.
+// quotas and token attempts).
 type workspace struct {
 	id      string
 	cfg     atomic.Pointer[config.Workspace]
 	policy  *policy.Engine
 	core    *publish.Core
-	limiter limiterSlot
+	limiter *limits.Limiter
 	// capacity bounds the workspace's requests past authentication.
 	capacity capacity
 }
@@ -173,18 +173,24 @@ func New(o Options) *Server {
 		o.BodyBytesInFlight = DefaultBodyBytesInFlight
 	}
 	log := slog.New(requestIDs{o.Logger.Handler()})
-	s := &Server{opts: o, attempts: DefaultTokenAttempts, log: log, access: o.AccessLog, metrics: o.Metrics, tokens: auth.NewCache(maxCachedTokens)}
+	s := &Server{opts: o, attempts: DefaultTokenAttempts(), log: log, access: o.AccessLog, metrics: o.Metrics, tokens: auth.NewCache(maxCachedTokens)}
 	if o.TracerProvider != nil {
 		s.tracer = o.TracerProvider.Tracer(TracerName)
 	}
 	if o.TokenAttempts != nil {
 		s.attempts = *o.TokenAttempts
 	}
-	s.consumers = DefaultConsumerLimits
+	consumers := store.DefaultConsumerLimits()
 	if o.Consumers != nil {
-		s.consumers = *o.Consumers
+		consumers = *o.Consumers
 	}
-	s.bearerStages, s.iamStages = s.stages(s.authenticate, false), s.stages(s.authenticateIAM, true)
+	if o.Store != nil {
+		s.consumers = o.Store.Consumers(consumers, log)
+	}
+	s.pipelines = pipelines{
+		publish: s.publishStages(), publishIAM: s.publishIAMStages(),
+		pull: s.pullStages(), ack: s.ackStages(),
+	}
 	s.workspaces.Store(&map[string]*workspace{})
 	s.engine = s.routes()
 	s.metrics.Registry.MustRegister(stateCollector{s})
@@ -245,7 +251,13 @@ func (s *Server) build(ctx context.Context, cfg *config.Workspace) (ws *workspac
 	if s.opts.TracerProvider != nil {
 		sw = sw.Traced(s.opts.TracerProvider)
 	}
-	ws = &workspace{id: cfg.ID, policy: engine, core: publish.New(sw, s.opts.Store.JS, publish.Options{
+	// The limits bucket too: rate limits, quotas and token attempts are
+	// counted from the first request on.
+	limiter, err := s.openLimiter(ctx, sw)
+	if err != nil {
+		return nil, false, fmt.Errorf("workspace %q: %w", cfg.ID, err)
+	}
+	ws = &workspace{id: cfg.ID, policy: engine, limiter: limiter, core: publish.New(sw, s.opts.Store.JS, publish.Options{
 		StoreClock:     s.opts.StoreClock,
 		Faults:         s.opts.Faults,
 		Publisher:      pub,
@@ -305,9 +317,7 @@ func (s *Server) Config(id string) (*config.Workspace, bool) {
 func (s *Server) Wait() {
 	for _, ws := range *s.workspaces.Load() {
 		ws.core.Wait()
-		if l := ws.limiter.l.Load(); l != nil {
-			l.Wait()
-		}
+		ws.limiter.Wait()
 	}
 }
 

@@ -52,14 +52,16 @@ type TokenAttempts struct {
 	Window           time.Duration
 }
 
-// DefaultTokenAttempts are the limits a server has unless told otherwise:
+// DefaultTokenAttempts returns the limits a server has unless told otherwise:
 // a producer with a wrong secret is locked out of its address after 10
 // tries, an address guessing across client ids after 100 (many producers
 // may share one address behind a NAT or a gateway), and a client id tried
 // wrongly 100 times from anywhere is open only to its known addresses.
 // One client id thus takes at most 100 wrong guesses per 10 minutes from
 // new addresses, 600 an hour, across all of them.
-var DefaultTokenAttempts = TokenAttempts{PerClientAddress: 10, PerAddress: 100, PerClient: 100, Window: 10 * time.Minute}
+func DefaultTokenAttempts() TokenAttempts {
+	return TokenAttempts{PerClientAddress: 10, PerAddress: 100, PerClient: 100, Window: 10 * time.Minute}
+}
 
 // attemptKeys are the keys a token request's failure counts on.
 type attemptKeys struct {
@@ -163,11 +165,8 @@ func (s *Server) token(c *gin.Context) {
 	// refused too, or guessing would just go on until it succeeded.
 	addr := clientAddress(c)
 	keys := s.attempts.keys(addr, tr.clientID)
-	l, err := s.limiter(ws)
-	var wait time.Duration
-	if err == nil {
-		wait, err = lockedOut(c.Request.Context(), l, keys, tr.clientID, addr)
-	}
+	l := ws.limiter
+	wait, err := lockedOut(c.Request.Context(), l, keys, tr.clientID, addr)
 	if err != nil {
 		s.attemptCountersUnavailable(c, ws, err)
 		return

@@ -23,6 +23,7 @@ import (
 	"github.com/storybus/storybus/bus"
 	"github.com/storybus/storybus/bus/config"
 	"github.com/storybus/storybus/bus/publish"
+	"github.com/storybus/storybus/bus/store"
 	"github.com/storybus/storybus/bus/tlsconfig"
 	"github.com/storybus/storybus/internal/buildinfo"
 )
@@ -69,7 +70,7 @@ type ServeOptions struct {
 	// X-Forwarded-For gives the client's address; parsed by validate.
 	TrustedProxies []string
 	// Consumers bound the consumer routes' durable consumers.
-	Consumers bus.ConsumerLimits
+	Consumers store.ConsumerLimits
 	// FaultKill names a publish fault point at which the process kills
 	// itself with SIGKILL: the crash drills of the fault tests.
 	FaultKill string
@@ -102,12 +103,12 @@ func (o *ServeOptions) bind(cmd *cobra.Command) {
 	f.DurationVar(&o.RefusalHold, "refusal-hold", bus.DefaultRefusalHold, "how long at most a rate.limited, workspace.busy or policy.busy refusal is held, up to its Retry-After, before it is answered, so that a producer retrying at once spins no faster than its share (0: answer at once)")
 	f.IntVar(&o.RequestConcurrency, "request-concurrency", bus.DefaultRequestConcurrency, "publish requests of one workspace past authentication at once, for workspaces whose configuration sets no requestConcurrency; past it 503 workspace.busy")
 	f.BoolVar(&o.AccessLog, "access-log", true, "log one line per request on the publish port (--access-log=false turns it off)")
-	f.IntVar(&o.TokenAttempts.PerClientAddress, "token-failures-per-client-address", bus.DefaultTokenAttempts.PerClientAddress, "failed token requests with one client id from one source address, within --token-failure-window, that lock the client id out from that address (0: no limit)")
-	f.IntVar(&o.TokenAttempts.PerClient, "token-failures-per-client", bus.DefaultTokenAttempts.PerClient, "failed token requests with one client id from all addresses, within --token-failure-window, after which only addresses it succeeded from may try it (0: no limit)")
-	f.IntVar(&o.TokenAttempts.PerAddress, "token-failures-per-address", bus.DefaultTokenAttempts.PerAddress, "failed token requests from one source address, within --token-failure-window, that lock it out (0: no limit)")
-	f.IntVar(&o.Consumers.PerConnection, "consumers-per-connection", bus.DefaultConsumerLimits.PerConnection, "durable consumers one connection may create through the consumer routes (0: no limit)")
-	f.DurationVar(&o.Consumers.InactiveThreshold, "consumer-inactive-threshold", bus.DefaultConsumerLimits.InactiveThreshold, "how long a durable consumer may go unused before it is removed (0: never)")
-	f.DurationVar(&o.TokenAttempts.Window, "token-failure-window", bus.DefaultTokenAttempts.Window, "window of the token failure limits, and how long a lockout lasts")
+	f.IntVar(&o.TokenAttempts.PerClientAddress, "token-failures-per-client-address", bus.DefaultTokenAttempts().PerClientAddress, "failed token requests with one client id from one source address, within --token-failure-window, that lock the client id out from that address (0: no limit)")
+	f.IntVar(&o.TokenAttempts.PerClient, "token-failures-per-client", bus.DefaultTokenAttempts().PerClient, "failed token requests with one client id from all addresses, within --token-failure-window, after which only addresses it succeeded from may try it (0: no limit)")
+	f.IntVar(&o.TokenAttempts.PerAddress, "token-failures-per-address", bus.DefaultTokenAttempts().PerAddress, "failed token requests from one source address, within --token-failure-window, that lock it out (0: no limit)")
+	f.IntVar(&o.Consumers.PerConnection, "consumers-per-connection", store.DefaultConsumerLimits().PerConnection, "durable consumers one connection may create through the consumer routes (0: no limit)")
+	f.DurationVar(&o.Consumers.InactiveThreshold, "consumer-inactive-threshold", store.DefaultConsumerLimits().InactiveThreshold, "how long a durable consumer may go unused before it is removed (0: never)")
+	f.DurationVar(&o.TokenAttempts.Window, "token-failure-window", bus.DefaultTokenAttempts().Window, "window of the token failure limits, and how long a lockout lasts")
 	f.StringVar(&o.TLSCertFile, "tls-cert-file", "", "PEM certificate chain: the publish port then serves HTTPS only (reloaded when the file changes)")
 	f.StringVar(&o.TLSKeyFile, "tls-key-file", "", "PEM private key of --tls-cert-file")
 	f.StringVar(&o.TLSClientCAFile, "tls-client-ca-file", "", "PEM authorities whose client certificates are accepted (mutual TLS)")
