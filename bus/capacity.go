@@ -21,6 +21,8 @@ const DefaultRequestConcurrency = 64
 // with 503 workspace.busy; nothing waits in a queue.
 type capacity struct {
 	slots atomic.Pointer[chan struct{}]
+	// held counts the workspace's refusals being held (holdRefusal).
+	held atomic.Int64
 }
 
 // resize makes the capacity n slots, n > 0. Requests holding a slot of the
@@ -65,6 +67,11 @@ const DefaultRefusalHold = time.Second
 // (Options.HeldRefusals); past it they are answered at once.
 const DefaultHeldRefusals = 1024
 
+// HeldRefusalsPerWorkspace is how many of one workspace's refusals the bus
+// holds at once: a quarter of DefaultHeldRefusals, so that one workspace's
+// flood cannot turn the hold off for the others.
+const HeldRefusalsPerWorkspace = DefaultHeldRefusals / 4
+
 // heldRules are the refusals that mean the request came faster than its
 // share (its rate limit, its workspace's requests or policy evaluations in
 // progress): retrying at once cannot succeed, so the answer may as well
@@ -76,8 +83,10 @@ var heldRules = map[string]bool{rules.RateLimited: true, rules.WorkspaceBusy: tr
 // Options.HeldRefusals are held. A producer that retries at once whatever
 // the bus says (a retry storm, a closed-loop flood) then spins no faster
 // than its share allows, instead of taking the cores its neighbours
-// publish on. The request's body and message are dropped first: a held
-// request holds its connection, not its bytes.
+// publish on. The request gives its workspace slot back and drops its body
+// and message first: a held request holds its connection, nothing of its
+// workspace's share and none of its bytes. At most
+// HeldRefusalsPerWorkspace of one workspace's are held.
 func (s *Server) holdRefusal(r *request, rule string, retryAfter time.Duration) {
 	if s.opts.RefusalHold <= 0 || !heldRules[rule] {
 		return
@@ -88,6 +97,15 @@ func (s *Server) holdRefusal(r *request, rule string, retryAfter time.Duration) 
 		return
 	}
 	defer s.held.Add(-1)
+	if r.ws.capacity.held.Add(1) > HeldRefusalsPerWorkspace {
+		r.ws.capacity.held.Add(-1)
+		return
+	}
+	defer r.ws.capacity.held.Add(-1)
+	if r.release != nil {
+		r.release()
+		r.release = nil
+	}
 	s.metrics.held.Inc()
 	defer s.metrics.held.Dec()
 	r.body, r.msg = nil, nil

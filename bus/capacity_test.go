@@ -154,3 +154,39 @@ func TestOverShareRefusalsAreHeld(t *testing.T) {
 		return nil
 	})
 }
+
+// TestHeldRefusalsGiveTheirSlotBack proves a held refusal holds nothing of
+// its workspace's share: with one slot, a connection whose request is held
+// for its rate limit leaves the slot to another connection of the
+// workspace, which is accepted instead of answered workspace.busy.
+func TestHeldRefusalsGiveTheirSlotBack(t *testing.T) {
+	h := newHarness(t, func(o *bus.Options) { o.RefusalHold = time.Minute })
+	cfg := workspaceConfig("newsroom")
+	cfg.RequestConcurrency = 1
+	cfg.Limits = config.Limits{RatePerSecond: 1.0 / 60, Burst: 1}
+	if err := h.srv.Apply(context.Background(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	cms := h.token(t, "newsroom", "cms", cmsSecret)
+	wire := h.token(t, "newsroom", "wire", wireSecret)
+	expect(t, h.post(t, "newsroom", cms, snapshot("", "first", 1, "cms")), http.StatusAccepted, "")
+
+	ctx, giveUp := context.WithCancel(context.Background())
+	defer giveUp()
+	go func() {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, h.http.URL+"/v1/tenants/newsroom/messages",
+			bytes.NewReader(snapshot("", "held", 1, "cms")))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+cms)
+		if res, err := http.DefaultClient.Do(req); err == nil {
+			res.Body.Close()
+		}
+	}()
+	testutil.Eventually(t, "cms's second request is held", 30*time.Second, func() error {
+		if m := h.metrics(t); !strings.Contains(m, "storybus_refusals_held 1") {
+			return errors.New("storybus_refusals_held is not 1")
+		}
+		return nil
+	})
+	expect(t, h.post(t, "newsroom", wire, snapshot("", "wire-story", 1, "wire")), http.StatusAccepted, "")
+}

@@ -11,11 +11,14 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -139,13 +142,29 @@ func checkOperatorConfined(t *testing.T, ctx context.Context, admin client.Clien
 		"an init container": func(p *corev1.PodSpec) {
 			p.InitContainers = []corev1.Container{{Name: "init", Image: p.Containers[0].Image}}
 		},
-		"a projected token":           func(p *corev1.PodSpec) { p.Volumes = projectedToken() },
-		"privilege escalation":        func(p *corev1.PodSpec) { p.Containers[0].SecurityContext.AllowPrivilegeEscalation = new(true) },
-		"root":                        func(p *corev1.PodSpec) { p.SecurityContext.RunAsNonRoot = new(false) },
-		"no labels of the operator's": nil,
+		"a projected token":    func(p *corev1.PodSpec) { p.Volumes = projectedToken() },
+		"privilege escalation": func(p *corev1.PodSpec) { p.Containers[0].SecurityContext.AllowPrivilegeEscalation = new(true) },
+		"root":                 func(p *corev1.PodSpec) { p.SecurityContext.RunAsNonRoot = new(false) },
+		"root's group":         func(p *corev1.PodSpec) { p.SecurityContext.RunAsGroup = new(int64(0)) },
+		"seccomp unconfined": func(p *corev1.PodSpec) {
+			p.SecurityContext.SeccompProfile = &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeUnconfined}
+		},
+		"an SELinux type": func(p *corev1.PodSpec) {
+			p.Containers[0].SecurityContext.SELinuxOptions = &corev1.SELinuxOptions{Type: "spc_t"}
+		},
+		"a system priority": func(p *corev1.PodSpec) { p.PriorityClassName = "system-node-critical" },
+		"a node name":       func(p *corev1.PodSpec) { p.NodeName = "control-plane-0" },
+		"another command":   func(p *corev1.PodSpec) { p.Containers[0].Args = []string{"operator"} },
+		"envFrom a Secret": func(p *corev1.PodSpec) {
+			p.Containers[0].EnvFrom = []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "database"}}}}
+		},
+		"another bus's claim": func(p *corev1.PodSpec) {
+			p.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
+				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data-other-bus-0"}}}}
+		},
+		"no labels of the operators": nil,
 	} {
-		sts := busLikeStatefulSet(meta(team, "bus-like-"+strings.ReplaceAll(name, " ", "-")))
-		sts.Name = strings.ReplaceAll(strings.ReplaceAll(sts.Name, "'", ""), "_", "-")
+		sts := busLikeStatefulSet(meta(team, "bus-like-"+strings.ToLower(strings.NewReplacer(" ", "-", "'", "").Replace(name))))
 		if mutate == nil {
 			sts.Labels, sts.OwnerReferences = nil, nil
 		} else {
@@ -153,6 +172,13 @@ func checkOperatorConfined(t *testing.T, ctx context.Context, admin client.Clien
 		}
 		refused("a StatefulSet with "+name, op.Create(ctx, sts))
 	}
+	// A claim template bound to a volume made beforehand (a hostPath
+	// PersistentVolume, by another route), or cloned from another claim.
+	bound := busLikeStatefulSet(meta(team, "bus-like-bound-claim"))
+	bound.Spec.VolumeClaimTemplates = []corev1.PersistentVolumeClaim{{ObjectMeta: metav1.ObjectMeta{Name: "data"},
+		Spec: corev1.PersistentVolumeClaimSpec{VolumeName: "host-root", AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}}
+	refused("a StatefulSet whose claim template names a volume", op.Create(ctx, bound))
 	// The pod template the operator writes is admitted: the refusals above
 	// are the policy's, not a template it refuses whole.
 	if err := op.Create(ctx, busLikeStatefulSet(meta(team, "bus-like"))); err != nil {
@@ -171,11 +197,46 @@ func checkOperatorConfined(t *testing.T, ctx context.Context, admin client.Clien
 	refused("a delete of a NetworkPolicy the operator did not make", op.Delete(ctx, foreignPolicy.DeepCopy()))
 	refused("a delete of an HTTPRoute the operator did not make", op.Delete(ctx, foreignRoute.DeepCopy()))
 
+	// Objects that would pass for the operator's without being its own.
+	fake := meta(team, "fake-owner")
+	fake.OwnerReferences[0].Kind = "Nothing"
+	refused("a ConfigMap owned by a kind the operator makes nothing for", op.Create(ctx, &corev1.ConfigMap{ObjectMeta: fake}))
+	refused("a ConfigMap in kube-system", op.Create(ctx, &corev1.ConfigMap{ObjectMeta: meta("kube-system", "coredns-custom")}))
+	saToken := meta(team, "admin-token")
+	saToken.Annotations = map[string]string{"kubernetes.io/service-account.name": "default"}
+	refused("a ServiceAccount token Secret", op.Create(ctx, &corev1.Secret{ObjectMeta: saToken, Type: corev1.SecretTypeServiceAccountToken}))
+	pdb := meta(team, "decoy-bus")
+	refused("a PodDisruptionBudget of other pods", op.Create(ctx, &policyv1.PodDisruptionBudget{ObjectMeta: pdb, Spec: policyv1.PodDisruptionBudgetSpec{
+		MinAvailable: new(intstr.FromString("100%")), Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"k8s-app": "kube-dns"}}}}))
+	takeover := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+		"metadata": map[string]any{"namespace": team, "name": "decoy-bus", "labels": map[string]any{"app.kubernetes.io/managed-by": "storybus-operator"},
+			"ownerReferences": []any{map[string]any{"apiVersion": v1alpha1.GroupVersion.String(), "kind": "Tenant", "name": tenant.Name, "uid": string(tenant.UID), "controller": true}}},
+		"spec": map[string]any{"hostnames": []any{"shop.example.com"}, "rules": []any{map[string]any{
+			"matches": []any{map[string]any{"path": map[string]any{"type": "PathPrefix", "value": "/login"}}},
+			"filters": []any{map[string]any{"type": "RequestRedirect", "requestRedirect": map[string]any{"hostname": "shop.evil.example"}}},
+		}}},
+	}}
+	refused("an HTTPRoute taking over another team's path", op.Create(ctx, takeover))
+	ca := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "cert-manager.io/v1", "kind": "Certificate",
+		"metadata": map[string]any{"namespace": team, "name": "decoy-tls", "labels": map[string]any{"app.kubernetes.io/managed-by": "storybus-operator"},
+			"ownerReferences": []any{map[string]any{"apiVersion": v1alpha1.GroupVersion.String(), "kind": "Tenant", "name": tenant.Name, "uid": string(tenant.UID), "controller": true}}},
+		"spec": map[string]any{"isCA": true, "secretName": "database", "commonName": "sub-ca", "issuerRef": map[string]any{"name": "cluster-ca", "kind": "ClusterIssuer"}},
+	}}
+	refused("a CA Certificate kept in another team's Secret", op.Create(ctx, ca))
+	refused("a change of a Tenant's spec", op.Patch(ctx, tenant.DeepCopy(),
+		client.RawPatch(types.MergePatchType, []byte(`{"spec":{"deletionPolicy":"delete","image":"ghcr.io/storybus/storybus:0.0.1"}}`))))
+
 	// New objects that would intercept or open another team's traffic.
 	refused("a Service with externalIPs", op.Create(ctx, &corev1.Service{ObjectMeta: meta(team, "intercept"),
 		Spec: corev1.ServiceSpec{ExternalIPs: []string{"203.0.113.7"}, Ports: []corev1.ServicePort{{Port: 443}}}}))
 	refused("a NetworkPolicy that selects every pod", op.Create(ctx, &networkingv1.NetworkPolicy{ObjectMeta: meta(team, "allow-all"),
 		Spec: networkingv1.NetworkPolicySpec{Ingress: []networkingv1.NetworkPolicyIngressRule{{}}}}))
+	refused("a NetworkPolicy that selects another Tenant's bus pods", op.Create(ctx, &networkingv1.NetworkPolicy{ObjectMeta: meta(team, "allow-other"),
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app.kubernetes.io/name": "storybus", "app.kubernetes.io/component": "bus", "app.kubernetes.io/instance": "other"}},
+			Ingress:     []networkingv1.NetworkPolicyIngressRule{{}}}}))
 	refused("an unlabelled ConfigMap", op.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: team, Name: "unlabelled"}}))
 
 	// What a reconcile does to a credentials Secret a user made: its own
@@ -190,6 +251,9 @@ func checkOperatorConfined(t *testing.T, ctx context.Context, admin client.Clien
 	}
 	marked.Annotations["kubernetes.io/service-account.name"] = "default"
 	refused("another annotation on a Secret a user made", op.Update(ctx, marked))
+	delete(marked.Annotations, "kubernetes.io/service-account.name")
+	marked.Immutable = new(true)
+	refused("making a Secret a user made immutable", op.Update(ctx, marked))
 
 	// Nothing refused above changed.
 	var kept corev1.Secret
