@@ -441,8 +441,8 @@ func (l *Limiter) process(c *counter) (failed bool) {
 			return false
 		}
 		c.known = false
-		if !isConflict(err) {
-			ambiguous = !notSent(err)
+		if !store.IsConflict(err) {
+			ambiguous = store.MayHaveLanded(err)
 			break
 		}
 	}
@@ -567,14 +567,4 @@ func isMissing(err error) bool {
 }
 
 // isConflict reports a compare-and-swap that lost to another writer.
-func isConflict(err error) bool {
-	return errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) ||
-		store.IsWrongLastSequence(err)
-}
-
-// notSent reports an error that means the write never reached the store.
-func notSent(err error) bool {
-	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
-		errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, nats.ErrBadSubject) ||
-		errors.Is(err, jetstream.ErrInvalidKey)
-}
+func isConflict(err error) bool { return store.IsConflict(err) }

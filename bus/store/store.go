@@ -315,15 +315,3 @@ func recordsStreamConfig(workspace string, window time.Duration, replicas int) j
 		Discard:           jetstream.DiscardNew,
 	}
 }
-
-// IsWrongLastSequence reports whether err is a JetStream compare-and-swap
-// failure: a publish whose expected last sequence did not match. Replicated
-// streams answer with a different code than single-replica ones.
-func IsWrongLastSequence(err error) bool {
-	var apiErr *jetstream.APIError
-	if !errors.As(err, &apiErr) {
-		return false
-	}
-	return apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
-		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
-}
