@@ -120,7 +120,7 @@ func (s *Server) publishWith(c *gin.Context, stages []stage) {
 		panic(http.ErrAbortHandler)
 	case out.Refusal != nil:
 		s.holdRefusal(req, out.Refusal.Rule, out.RetryAfter)
-		refuseStatus(c, out.Status, out.RetryAfter, *out.Refusal)
+		refuseStatus(c, out.DeclaredStatus, out.RetryAfter, *out.Refusal)
 	case out.Duplicate:
 		writeJSON(c, http.StatusOK, Duplicate{Accepted: true, Duplicate: true, MessageID: req.msg.MessageID})
 	default:

@@ -14,6 +14,8 @@ import (
 
 	"github.com/storybus/storybus/bus/publish"
 	"github.com/storybus/storybus/bus/rules"
+	"github.com/storybus/storybus/bus/som"
+	"github.com/storybus/storybus/bus/store"
 )
 
 // The rows of the seed page "Retries and idempotency", against a real
@@ -158,9 +160,9 @@ func TestConcurrentRetriesPublishOnce(t *testing.T) {
 			accepted := 0
 			for _, o := range outs {
 				switch {
-				case o.Status == http.StatusAccepted:
+				case o.Accepted():
 					accepted++
-				case o.Status == http.StatusOK && o.Duplicate:
+				case o.Duplicate:
 				case o.Refusal != nil && o.Refusal.Rule == rules.MessageInFlight:
 				default:
 					t.Fatalf("unexpected answer %+v", o)
@@ -393,4 +395,43 @@ func TestRecordsKeptAtLeastTheWindow(t *testing.T) {
 	if info.Config.Duplicates != 5*time.Minute {
 		t.Fatalf("topic duplicate window %s, want 5m", info.Config.Duplicates)
 	}
+}
+
+// TestOwnerWhenThePolicyNamesNone: a policy that names no owner leaves
+// the story's owner as it is, and makes the sender the owner of a new
+// story, on a first attempt and on the takeover of a record alike.
+func TestOwnerWhenThePolicyNamesNone(t *testing.T) {
+	e := newEnv(t)
+	publishNamingNoOwner := func(body []byte) publish.Outcome {
+		in := input(t, body)
+		in.Policy = func(publish.Head) publish.Decision { return publish.Decision{} }
+		return e.core.Publish(context.Background(), in)
+	}
+	subject := store.Subject(e.ws.ID, som.FamilyStoryContext, "s1")
+	wantOwner := func(owner string) {
+		t.Helper()
+		last, err := e.ws.Stream.GetLastMsgForSubject(context.Background(), subject)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := last.Header.Get(publish.HeaderOwner); got != owner {
+			t.Fatalf("the story's owner is %q, want %q", got, owner)
+		}
+	}
+	want(t, publishNamingNoOwner(snap{story: "s1", seq: 1, system: "cms"}.json()), http.StatusAccepted, "")
+	wantOwner("cms")
+	want(t, publishNamingNoOwner(snap{story: "s1", seq: 2, system: "wire"}.json()), http.StatusAccepted, "")
+	wantOwner("cms")
+
+	id := uuid.NewString()
+	body := snap{id: id, story: "s1", seq: 3, system: "wire"}.json()
+	e.faults.set(publish.FaultAfterRecord, stopAt(publish.FaultAfterRecord, id))
+	if out := publishNamingNoOwner(body); !out.Abandoned {
+		t.Fatalf("not stopped: %+v", out)
+	}
+	e.faults.clear()
+	e.restart()
+	e.clock.Advance(publish.Lease)
+	want(t, publishNamingNoOwner(body), http.StatusAccepted, "")
+	wantOwner("cms")
 }

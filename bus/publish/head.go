@@ -2,17 +2,15 @@ package publish
 
 import (
 	"context"
-	"errors"
 	"strconv"
-	"sync"
 	"time"
 
-	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/storybus/storybus/bus/rules"
 	"github.com/storybus/storybus/bus/som"
+	"github.com/storybus/storybus/bus/store"
 )
 
 // Headers the bus sets on every message it publishes. Snapshot headers make
@@ -43,24 +41,26 @@ type Head struct {
 	Owner string
 	// MessageID is the head snapshot's message_id.
 	MessageID string
-	// Time is the server's timestamp of the head message, when it was
-	// read from the store; zero for a head this process learnt from its
-	// own publish's acknowledgement.
+	// Time is when the head message was written: the server's timestamp
+	// of a head read from the store, or the core's clock when its own
+	// publish's acknowledgement arrived.
 	Time time.Time
-	// acked is when this process learnt the head from its own publish's
-	// acknowledgement, on its wall clock; zero for a head read from the
-	// store.
-	acked time.Time
+	// source says where the head came from.
+	source headSource
 }
 
-// written is when the head's message was written: the store's timestamp,
-// or for a head from an acknowledgement the moment it arrived.
-func (h Head) written() time.Time {
-	if !h.acked.IsZero() {
-		return h.acked
-	}
-	return h.Time
-}
+// headSource says where a Head came from.
+type headSource uint8
+
+const (
+	// headRead: read from the store, the story subject's last message (or
+	// its absence). The zero value: a head of unknown origin is the
+	// store's to confirm.
+	headRead headSource = iota
+	// headAcked: learnt from the topic's acknowledgement of this
+	// process's own publish.
+	headAcked
+)
 
 // CheckSequence applies SOM's snapshot-order rules to a snapshot with
 // sequence number seq over the story head h.
@@ -95,60 +95,12 @@ func headFromMsg(m *jetstream.RawStreamMsg) Head {
 	}
 }
 
-// headCache remembers the story heads this process has seen, the least
-// recently used forgotten first when it is full (a forgotten head is read
-// again from the store on demand). A cached head can only be behind the
-// store (sequence numbers only grow), so a refusal from it is right and an
-// acceptance is confirmed by the publish's compare-and-swap on the story
-// subject; but for a head whose message the topic's retention may have
-// dropped, which is read again (Core.aged). A sole writer's head from its
-// own acknowledgement is the store's (its own publishes are the story's
-// only ones, one at a time), so it publishes over it without the
-// compare-and-swap (Core.soleHead).
-type headCache struct {
-	mu    sync.Mutex // makes put's compare and add one step
-	heads *lru.Cache[string, Head]
-}
-
-func newHeadCache(size int) *headCache {
-	heads, err := lru.New[string, Head](size)
-	if err != nil {
-		panic(err) // only for a size under 1, which New never passes
-	}
-	return &headCache{heads: heads}
-}
-
-func (c *headCache) get(story string) (Head, bool) { return c.heads.Get(story) }
-
-// forget drops the story's head: the next attempt reads it from the store.
-func (c *headCache) forget(story string) { c.heads.Remove(story) }
-
-// replace stores h, a head just read from the store, whatever the cache
-// held.
-func (c *headCache) replace(story string, h Head) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.heads.Add(story, h)
-}
-
-// put stores h unless the cache already holds a later head (of equal
-// sequence, h wins: a head read again replaces one from an
-// acknowledgement, which then takes one compare-and-swap more).
-func (c *headCache) put(story string, h Head) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if old, ok := c.heads.Peek(story); ok && old.SubjectSeq > h.SubjectSeq {
-		return
-	}
-	c.heads.Add(story, h)
-}
-
 // readHead reads a story's head from the store.
 func (c *Core) readHead(ctx context.Context, subject string) (Head, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.opTimeout)
 	defer cancel()
 	m, err := c.ws.Stream.GetLastMsgForSubject(ctx, subject)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
+	if store.IsMissing(err) {
 		return Head{}, nil
 	}
 	if err != nil {
@@ -170,7 +122,6 @@ func (c *Core) snapshotPublished(ctx context.Context, subject string, msg *som.M
 	if err != nil {
 		return false, Head{}, err
 	}
-	c.heads.put(msg.StoryID, head)
 	switch {
 	case head.MessageID == msg.MessageID:
 		return true, head, nil
@@ -193,7 +144,7 @@ func (c *Core) firstAfter(ctx context.Context, subject string, after uint64) (*j
 	cctx, cancel := context.WithTimeout(ctx, c.opTimeout)
 	defer cancel()
 	m, err := c.ws.Stream.GetMsg(cctx, after+1, jetstream.WithGetMsgSubject(subject))
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
+	if store.IsMissing(err) {
 		return nil, nil
 	}
 	return m, err
@@ -207,7 +158,7 @@ func (c *Core) walkStory(ctx context.Context, subject string, msg *som.Message, 
 		cctx, cancel := context.WithTimeout(ctx, c.opTimeout)
 		m, err := c.ws.Stream.GetMsg(cctx, next, jetstream.WithGetMsgSubject(subject))
 		cancel()
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
+		if store.IsMissing(err) {
 			return false, head, nil
 		}
 		if err != nil {

@@ -3,8 +3,6 @@ package publish
 import (
 	"context"
 	"encoding/hex"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
@@ -136,8 +134,8 @@ func (c *Core) recoverMessage(ctx context.Context, m jetstream.Msg, seq uint64, 
 		return err
 	}
 	if entry != nil {
-		var r record
-		if json.Unmarshal(entry.Value(), &r) != nil || r.State != stateRecorded {
+		r, err := decodeRecord(entry.Value())
+		if err != nil || r.State != stateRecorded {
 			return nil
 		}
 		if m.Headers().Get(HeaderMessageType) == som.TypeStoryContext {
@@ -152,7 +150,7 @@ func (c *Core) recoverMessage(ctx context.Context, m jetstream.Msg, seq uint64, 
 		}
 		cctx, cancel := context.WithTimeout(ctx, c.opTimeout)
 		defer cancel()
-		if _, err := c.ws.Records.Update(cctx, key, encodeRecord(r.Hash, statePublished, nil), entry.Revision()); err != nil && !isRevisionConflict(err) {
+		if _, err := c.ws.Records.Update(cctx, key, encodeRecord(r.Hash, statePublished, nil), entry.Revision()); err != nil && !store.IsConflict(err) {
 			return err
 		}
 		rec.Marked++
@@ -173,7 +171,7 @@ func (c *Core) recoverMessage(ctx context.Context, m jetstream.Msg, seq uint64, 
 	cctx, cancel := context.WithTimeout(ctx, c.opTimeout)
 	defer cancel()
 	_, err = c.ws.Records.Create(cctx, key, encodeRecord(hex.EncodeToString(sum[:]), statePublished, nil))
-	if errors.Is(err, jetstream.ErrKeyExists) {
+	if store.IsConflict(err) {
 		return nil
 	}
 	if err != nil {

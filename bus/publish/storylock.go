@@ -2,44 +2,61 @@ package publish
 
 import (
 	"context"
-	"hash/maphash"
+	"sync"
 	"time"
 )
 
-// storyLockCount is how many locks a sole writer's stories share: enough
-// that two busy stories rarely wait for each other.
-const storyLockCount = 4096
-
-// storyLocks serialises the snapshots of each story in a sole-writer Core.
-// A story hashes to one of a fixed set of locks, each a channel of one
-// slot, so that waiting for one ends with the request's context.
+// storyLocks serialises the snapshots of each story in a sole-writer Core:
+// one lock per story being published, made when the first snapshot of a
+// story asks for it and dropped when its last holder or waiter leaves, so
+// that two stories never wait for each other and an idle workspace holds
+// none. A lock is a channel of one slot, so that waiting for one ends with
+// the request's context.
 type storyLocks struct {
-	seed  maphash.Seed
-	slots [storyLockCount]chan struct{}
+	mu    sync.Mutex
+	locks map[string]*storyLock
+	// free keeps dropped locks for reuse: a lock per snapshot, not an
+	// allocation per snapshot.
+	free sync.Pool
+}
+
+// storyLock is the lock of one story.
+type storyLock struct {
+	slot chan struct{}
+	// users counts the holder and the waiters, under storyLocks.mu: the
+	// lock is dropped when it falls to 0.
+	users int
 }
 
 func newStoryLocks() *storyLocks {
-	l := &storyLocks{seed: maphash.MakeSeed()}
-	for i := range l.slots {
-		l.slots[i] = make(chan struct{}, 1)
+	return &storyLocks{
+		locks: map[string]*storyLock{},
+		free:  sync.Pool{New: func() any { return &storyLock{slot: make(chan struct{}, 1)} }},
 	}
-	return l
 }
 
-// lock waits until the story's lock is free, and returns it to release
-// (storyLock.release). It does not wait when less than reserve is left
-// before ctx's deadline, and stops waiting then, or when ctx is done; a
-// ctx without a deadline waits as long as the lock's holders (each bounded
-// by its own deadline).
-func (l *storyLocks) lock(ctx context.Context, story string, reserve time.Duration) (storyLock, error) {
-	slot := l.slots[maphash.String(l.seed, story)%storyLockCount]
+// lock waits until the story's lock is free, and returns it held, for
+// unlock. It does not wait when less than reserve is left before ctx's
+// deadline, and stops waiting then, or when ctx is done; a ctx without a
+// deadline waits as long as the lock's holders (each bounded by its own
+// deadline).
+func (l *storyLocks) lock(ctx context.Context, story string, reserve time.Duration) (*storyLock, error) {
+	l.mu.Lock()
+	s := l.locks[story]
+	if s == nil {
+		s = l.free.Get().(*storyLock)
+		l.locks[story] = s
+	}
+	s.users++
+	l.mu.Unlock()
 	select {
-	case slot <- struct{}{}:
-		return storyLock(slot), nil
+	case s.slot <- struct{}{}:
+		return s, nil
 	default:
 	}
 	if deadline, ok := ctx.Deadline(); ok {
 		if time.Until(deadline) < reserve {
+			l.leave(story, s)
 			return nil, context.DeadlineExceeded
 		}
 		var cancel context.CancelFunc
@@ -47,14 +64,34 @@ func (l *storyLocks) lock(ctx context.Context, story string, reserve time.Durati
 		defer cancel()
 	}
 	select {
-	case slot <- struct{}{}:
-		return storyLock(slot), nil
+	case s.slot <- struct{}{}:
+		return s, nil
 	case <-ctx.Done():
+		l.leave(story, s)
 		return nil, ctx.Err()
 	}
 }
 
-// storyLock is a held lock of storyLocks.
-type storyLock chan struct{}
+// unlock releases the story's lock s, held by lock.
+func (l *storyLocks) unlock(story string, s *storyLock) {
+	<-s.slot
+	l.leave(story, s)
+}
 
-func (l storyLock) release() { <-l }
+// leave counts out a holder that released the lock or a waiter that gave
+// up, and drops the lock when nobody is left: its slot is empty then.
+func (l *storyLocks) leave(story string, s *storyLock) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if s.users--; s.users == 0 {
+		delete(l.locks, story)
+		l.free.Put(s)
+	}
+}
+
+// len is how many stories hold a lock.
+func (l *storyLocks) len() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.locks)
+}

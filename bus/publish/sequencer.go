@@ -1,0 +1,98 @@
+package publish
+
+import (
+	"context"
+)
+
+// A sequencer orders each story's snapshots on the topic: each is
+// published right after the head it was decided over, or not at all. The
+// attempt reads the same on both implementations: casSequencer, which
+// leaves the order to the store's compare-and-swap, and soleWriter
+// (sole.go), which keeps it in the process when the bus is its store's
+// only writer.
+type sequencer interface {
+	// begin starts a snapshot attempt's turn on its story; an error means
+	// the story could not be had in time, and nothing was done.
+	begin(ctx context.Context, story, subject string) (turn, error)
+}
+
+// A turn is one snapshot attempt's use of its story, from the head check
+// to the store's answer.
+type turn interface {
+	// head is the head to decide over: the cached one, or the store's
+	// when the story is not cached or its cached head may have aged out
+	// of the topic.
+	head(ctx context.Context) (Head, error)
+	// reread reads the head from the store after the topic refused a
+	// publish over the one decided on, and caches it.
+	reread(ctx context.Context) (Head, error)
+	// seen caches a head the attempt read from the store itself.
+	seen(h Head)
+	// sending is called just before the snapshot is sent over h. It
+	// returns the stream sequence the publish must expect as its story's
+	// last (the compare-and-swap), or swap false to publish without it.
+	sending(h Head) (seq uint64, swap bool)
+	// acked caches h, the head the topic's acknowledgement of this
+	// attempt's publish made.
+	acked(h Head)
+	// end ends the turn.
+	end()
+}
+
+// casSequencer orders snapshots by the topic's compare-and-swap: each is
+// published expecting the head it was decided over as its story's last
+// message, and the store refuses it if anything came in between. Its head
+// cache only spares a read: a cached head can only be behind the store,
+// so a refusal from it is right and an acceptance is confirmed by the
+// store.
+type casSequencer struct {
+	heads *headCache
+	// read reads a story's head from the store (Core.readHead).
+	read func(ctx context.Context, subject string) (Head, error)
+}
+
+func (s *casSequencer) begin(_ context.Context, story, subject string) (turn, error) {
+	return &casTurn{s: s, story: story, subject: subject}, nil
+}
+
+// current returns the story's cached head, or reads it from the store
+// when the cache does not know it or it may have aged out of the topic.
+func (s *casSequencer) current(ctx context.Context, story, subject string) (Head, error) {
+	if h, ok := s.heads.fresh(story); ok {
+		return h, nil
+	}
+	return s.readAgain(ctx, story, subject)
+}
+
+// readAgain reads the story's head from the store and caches it, whatever
+// the cache held.
+func (s *casSequencer) readAgain(ctx context.Context, story, subject string) (Head, error) {
+	h, err := s.read(ctx, subject)
+	if err != nil {
+		return Head{}, err
+	}
+	s.heads.replace(story, h)
+	return h, nil
+}
+
+// casTurn is a snapshot's turn under the compare-and-swap.
+type casTurn struct {
+	s              *casSequencer
+	story, subject string
+}
+
+func (t *casTurn) head(ctx context.Context) (Head, error) {
+	return t.s.current(ctx, t.story, t.subject)
+}
+
+func (t *casTurn) reread(ctx context.Context) (Head, error) {
+	return t.s.readAgain(ctx, t.story, t.subject)
+}
+
+func (t *casTurn) seen(h Head) { t.s.heads.put(t.story, h) }
+
+func (t *casTurn) sending(h Head) (uint64, bool) { return h.SubjectSeq, true }
+
+func (t *casTurn) acked(h Head) { t.s.heads.acked(t.story, h) }
+
+func (t *casTurn) end() {}
