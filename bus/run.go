@@ -145,6 +145,11 @@ func everyWorkspaceServed(ctx context.Context, st *store.Store, srv *Server, log
 	return true
 }
 
+// Drain marks the bus as stopping: from now on /readyz answers 503, so
+// load balancers and Service endpoints stop sending it new requests, while
+// it goes on answering those that still arrive.
+func (s *Server) Drain() { s.draining.Store(true) }
+
 func cmpLogger(l *slog.Logger) *slog.Logger {
 	if l == nil {
 		return slog.Default()

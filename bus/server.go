@@ -119,6 +119,8 @@ type Server struct {
 	workspaces atomic.Pointer[map[string]*workspace]
 	// held counts the refusals holdRefusal is holding.
 	held atomic.Int64
+	// draining is set by Drain: the bus is stopping.
+	draining atomic.Bool
 	// pipelines are the routes' stage lists.
 	pipelines pipelines
 	// bodyBytes are the bytes reserved by the bodies being read after
@@ -434,9 +436,12 @@ func (s *Server) OpsHandler() http.Handler {
 	return mux
 }
 
-// Ready reports whether the bus can serve: the store answers and at least
-// one workspace is configured.
+// Ready reports whether the bus can serve: it is not draining, the store
+// answers and at least one workspace is configured.
 func (s *Server) Ready(ctx context.Context) error {
+	if s.draining.Load() {
+		return errors.New("draining: the bus is stopping")
+	}
 	if len(*s.workspaces.Load()) == 0 {
 		return errors.New("no workspace configured")
 	}

@@ -87,7 +87,7 @@ type bus struct {
 func startBus(t *testing.T, cfg, dataDir, addr string, args ...string) *bus {
 	t.Helper()
 	cmd := exec.Command(binary, append([]string{"serve", "--config", cfg, "--data-dir", dataDir,
-		"--listen", addr, "--ops-listen", "127.0.0.1:0"}, args...)...)
+		"--listen", addr, "--ops-listen", "127.0.0.1:0", "--drain-period", "0s"}, args...)...)
 	logs := &testutil.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {

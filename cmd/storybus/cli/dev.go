@@ -87,6 +87,9 @@ func newDevCommand() *cobra.Command {
 	_ = f.Set("ops-listen", "127.0.0.1:8081")
 	_ = f.Set("data-dir", "")
 	_ = f.Set("log-format", "text")
+	// One process on a laptop: nothing to drain from.
+	_ = f.Set("drain-period", "0s")
+	f.Lookup("drain-period").DefValue = "0s"
 	f.Lookup("listen").DefValue = "127.0.0.1:8080"
 	f.Lookup("ops-listen").DefValue = "127.0.0.1:8081"
 	f.Lookup("data-dir").DefValue = "a fresh temporary directory"

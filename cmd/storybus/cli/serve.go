@@ -57,6 +57,9 @@ type ServeOptions struct {
 	RequestConcurrency int
 	// RefusalHold is how long at most an over-share refusal is held.
 	RefusalHold time.Duration
+	// DrainPeriod is how long a stopping bus goes on serving, not ready,
+	// before it completes what is in progress and exits.
+	DrainPeriod time.Duration
 	// TokenAttempts limits failed attempts at the token endpoint.
 	TokenAttempts bus.TokenAttempts
 	// TLSCertFile and TLSKeyFile, when set, make the publish port serve
@@ -101,6 +104,7 @@ func (o *ServeOptions) bind(cmd *cobra.Command) {
 	f.IntVar(&o.MaxConnections, "max-connections", DefaultMaxConnections, "open connections the publish port serves at once; more wait to be accepted (0: no bound)")
 	f.StringVar(&o.MemoryLimit, "memory-limit", "", "the memory the bus may use, in bytes or as a Kubernetes quantity (1Gi): the Go heap is kept under nine tenths of it unless GOMEMLIMIT is set; empty sets nothing")
 	f.DurationVar(&o.RefusalHold, "refusal-hold", bus.DefaultRefusalHold, "how long at most a rate.limited, workspace.busy or policy.busy refusal is held, up to its Retry-After, before it is answered, so that a producer retrying at once spins no faster than its share (0: answer at once)")
+	f.DurationVar(&o.DrainPeriod, "drain-period", DefaultDrainPeriod, "on SIGTERM, how long the bus goes on answering, with /readyz failing, so that load balancers stop sending it requests before it stops listening (0: stop at once)")
 	f.IntVar(&o.RequestConcurrency, "request-concurrency", bus.DefaultRequestConcurrency, "publish requests of one workspace past authentication at once, for workspaces whose configuration sets no requestConcurrency; past it 503 workspace.busy")
 	f.BoolVar(&o.AccessLog, "access-log", true, "log one line per request on the publish port (--access-log=false turns it off)")
 	f.IntVar(&o.TokenAttempts.PerClientAddress, "token-failures-per-client-address", bus.DefaultTokenAttempts().PerClientAddress, "failed token requests with one client id from one source address, within --token-failure-window, that lock the client id out from that address (0: no limit)")
@@ -120,6 +124,9 @@ func (o *ServeOptions) bind(cmd *cobra.Command) {
 func (o *ServeOptions) validate() error {
 	if err := validateLogFlags(o.LogFormat, o.LogLevel); err != nil {
 		return err
+	}
+	if o.DrainPeriod < 0 || o.DrainPeriod > time.Minute {
+		return usageError{errors.New("--drain-period must be between 0 and 1m")}
 	}
 	if o.RefusalHold < 0 || o.RefusalHold > time.Minute {
 		return usageError{errors.New("--refusal-hold must be between 0 and 1m")}
@@ -195,6 +202,15 @@ func newServeCommand() *cobra.Command {
 	readEnv(cmd)
 	return cmd
 }
+
+// DefaultDrainPeriod is --drain-period's default: longer than endpoints
+// take to leave a Service's load balancing, short enough that the drain
+// and the 15 s to complete what is in progress fit in a pod's default 30 s
+// grace period.
+const DefaultDrainPeriod = 5 * time.Second
+
+// shutdownTimeout bounds the requests in progress when a bus stops.
+const shutdownTimeout = 15 * time.Second
 
 // DefaultMaxConnections is --max-connections' default: with
 // bus.StalledConnectionBytes each, at most about 640 MiB held by clients
@@ -347,9 +363,21 @@ func serveHTTP(ctx context.Context, o ServeOptions, cfgs []*config.Workspace, sr
 	}
 	select {
 	case <-ctx.Done():
+		// Stopping: not ready from now on, answering what still arrives
+		// (without keep-alive, so clients reconnect to another replica)
+		// until the load balancers have taken the bus out.
+		srv.Drain()
+		api.SetKeepAlivesEnabled(false)
+		if o.DrainPeriod > 0 {
+			log.Info("stopping: not ready, draining", "drainPeriod", o.DrainPeriod.String())
+			select {
+			case <-time.After(o.DrainPeriod):
+			case err = <-errc:
+			}
+		}
 	case err = <-errc:
 	}
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
 	_ = api.Shutdown(shutdownCtx)
 	_ = ops.Shutdown(shutdownCtx)
