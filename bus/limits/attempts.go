@@ -94,7 +94,7 @@ func (l *Limiter) RememberAddress(ctx context.Context, clientID, addr string) er
 	if err != nil || now-k.At < int64(24*time.Hour) {
 		return err
 	}
-	if _, err := l.put(ctx, key, known{At: now}, rev); err != nil && !isConflict(err) {
+	if _, err := l.put(ctx, key, known{At: now}, rev); err != nil && !store.IsConflict(err) {
 		return err
 	}
 	return nil
@@ -166,7 +166,7 @@ func (l *Limiter) failAttempt(ctx context.Context, k AttemptKey) error {
 		if a.Failures >= k.Rule.MaxFailures {
 			a.Until = now + int64(k.Rule.Window)
 		}
-		if _, err = l.put(ctx, k.Key, a, rev); err == nil || !isConflict(err) {
+		if _, err = l.put(ctx, k.Key, a, rev); err == nil || !store.IsConflict(err) {
 			return err
 		}
 	}
