@@ -82,6 +82,9 @@ type observed struct {
 // records the attempts, their bodies and order, and the token requests.
 type conformanceTransport struct {
 	base http.RoundTripper
+	// names are the file's message keys by their bytes: an attempt is
+	// named in order by the message whose bytes it sent, "?" by none.
+	names map[string]string
 
 	mu     sync.Mutex
 	tokens int
@@ -117,13 +120,18 @@ func (c *conformanceTransport) RoundTrip(r *http.Request) (*http.Response, error
 		}
 		_ = json.Unmarshal(body, &head)
 		c.mu.Lock()
-		answer, key := "", "(a message of no step: "+head.MessageID+")"
+		answer, key := "", "?"
+		if name, ok := c.names[string(body)]; ok {
+			key = name
+		}
+		// The answers and the attempts are the step's message's own, told
+		// apart by message_id: a kept message the client resends first is
+		// only in the order.
 		if run := c.running[head.MessageID]; run != nil {
 			if n := len(run.bodies); n < len(run.answers) {
 				answer = run.answers[n]
 			}
 			run.bodies = append(run.bodies, body)
-			key = run.key
 		}
 		c.order = append(c.order, key)
 		c.mu.Unlock()
@@ -190,7 +198,7 @@ func devBus(t *testing.T) string {
 
 // loadConformance reads the scenario file and checks what every runner
 // relies on: the version, the workspace, distinct names, messages that
-// exist and serialise compactly.
+// exist, serialise compactly and are told apart by their bytes.
 func loadConformance(t *testing.T) (*conformance, map[string][]byte) {
 	t.Helper()
 	b, err := os.ReadFile(conformanceFile)
@@ -207,12 +215,16 @@ func loadConformance(t *testing.T) (*conformance, map[string][]byte) {
 		t.Fatalf("%s: version %d, workspace %q, client %q: want 1, %q, %q", conformanceFile, f.Version, f.Workspace, f.ClientID, samples.WorkspaceID, samples.CMSClientID)
 	}
 	raw := map[string][]byte{}
+	byBytes := map[string]string{}
 	for key, m := range f.Messages {
 		var buf bytes.Buffer
 		if err := json.Compact(&buf, m); err != nil {
 			t.Fatalf("message %q: %v", key, err)
 		}
-		raw[key] = buf.Bytes()
+		if other, ok := byBytes[buf.String()]; ok {
+			t.Fatalf("messages %q and %q are the same bytes: an attempt's order could not name it", key, other)
+		}
+		raw[key], byBytes[buf.String()] = buf.Bytes(), key
 	}
 	names := map[string]bool{}
 	for _, sc := range f.Scenarios {
@@ -250,7 +262,11 @@ func TestConformance(t *testing.T) {
 
 // runScenario runs one scenario's steps in order.
 func runScenario(t *testing.T, url string, f *conformance, sc conformanceScenario, raw map[string][]byte) {
-	rt := &conformanceTransport{base: http.DefaultTransport}
+	names := make(map[string]string, len(raw))
+	for key, b := range raw {
+		names[string(b)] = key
+	}
+	rt := &conformanceTransport{base: http.DefaultTransport, names: names}
 	hc := &http.Client{Transport: rt}
 	clock := newFakeClock()
 	outbox, err := client.OpenOutbox(t.TempDir())
@@ -397,9 +413,10 @@ const (
 
 // expectMembers are the expectations each kind of step may state: the
 // waits and token requests of a concurrent step cannot be told apart by
-// message, and order belongs to the concurrent step.
+// message, and order belongs to the concurrent step or a plain one (where
+// it shows a kept message resent before the step's own).
 var expectMembers = map[stepKind][]string{
-	plainStep:      {"outcome", "status", "rule", "path", "attempts", "sameBytes", "tokenRequests", "minWaitSeconds", "waitsAtLeast", "outbox"},
+	plainStep:      {"outcome", "status", "rule", "path", "attempts", "sameBytes", "tokenRequests", "minWaitSeconds", "waitsAtLeast", "outbox", "order"},
 	partStep:       {"outcome", "status", "rule", "path", "attempts", "sameBytes", "outbox"},
 	concurrentStep: {"order"},
 }

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from conftest import CMS_SECRET, REPO, Bus, FakeClock, Recorder, with_header
+from conftest import CMS_SECRET, REPO, Bus, FakeClock, Recorder, Sent, with_header
 from storybus_client import (
     SANDBOX_HEADER,
     Client,
@@ -29,6 +29,7 @@ from storybus_client import (
     Message,
     PublishResult,
     RefusedError,
+    Request,
     RetryPolicy,
     StorybusError,
 )
@@ -38,7 +39,7 @@ SPEC: dict[str, Any] = json.loads(FILE.read_text())
 
 STEP_MEMBERS = {"publish", "answers", "expect"}
 PLAIN_EXPECT = {"outcome", "status", "rule", "path", "attempts", "sameBytes", "tokenRequests",
-                "minWaitSeconds", "waitsAtLeast", "outbox"}
+                "minWaitSeconds", "waitsAtLeast", "outbox", "order"}
 LISTED_EXPECT = {"outcome", "status", "rule", "path", "attempts", "sameBytes", "outbox"}
 CONCURRENT_EXPECT = {"order"}
 
@@ -55,9 +56,20 @@ def serialise(message: Mapping[str, Any]) -> bytes:
     return json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode()
 
 
+def message_id(body: bytes | None) -> str:
+    """The message_id of an attempt's body: what tells a step's own attempts
+    from those of a kept message the client resends before it."""
+    try:
+        parsed = json.loads(body or b"")
+    except ValueError:
+        return ""
+    return str(parsed.get("message_id", "")) if isinstance(parsed, dict) else ""
+
+
 @dataclass
 class Route:
-    """What the runner's transport does with one message's attempts."""
+    """What the runner's transport does with the attempts of one step's
+    message."""
 
     key: str
     answers: list[str]
@@ -72,12 +84,16 @@ class Runner:
     tmp: Path
     scenario: dict[str, Any]
     clock: FakeClock = field(default_factory=FakeClock)
-    routes: dict[bytes, Route] = field(default_factory=dict)
+    # The step's messages by message_id.
+    routes: dict[str, Route] = field(default_factory=dict)
     order: list[str] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
         self.messages = {k: serialise(v) for k, v in SPEC["messages"].items()}
+        # An attempt is named in the order by the message whose bytes it sent.
+        self.names = {body: key for key, body in self.messages.items()}
+        assert len(self.names) == len(self.messages), "two messages of the file are the same bytes"
         self.recorder = Recorder(decorate=self.decorate)
         self.outbox = FileOutbox(self.tmp / "outbox")
         retry = self.scenario.get("retry")
@@ -93,13 +109,12 @@ class Runner:
         if not request.url.endswith("/messages"):
             return request
         with self.lock:
-            route = self.routes.get(request.body or b"")
+            self.order.append(self.names.get(request.body or b"", "?"))
+            route = self.routes.get(message_id(request.body))
             if route is None:
-                self.order.append("?")
                 return request
             n = route.attempts
             route.attempts += 1
-            self.order.append(route.key)
         if n < len(route.answers) and route.answers[n]:
             return with_header(request, SANDBOX_HEADER, route.answers[n])
         return request
@@ -119,8 +134,9 @@ class Runner:
         key = step["publish"]
         assert key in self.messages, f"{where}: no message {key!r}"
         body = self.messages[key]
-        assert body not in self.routes, f"{where}: the message {key!r} twice in one step"
-        self.routes[body] = Route(key, list(step.get("answers", [])))
+        mid = message_id(body)
+        assert mid not in self.routes, f"{where}: two messages of one step have message_id {mid}"
+        self.routes[mid] = Route(key, list(step.get("answers", [])))
         return body
 
     def plain(self, step: dict[str, Any], where: str) -> None:
@@ -133,7 +149,7 @@ class Runner:
         outcome = self.outcome(lambda: self.client.publish(Message(body)))
         sent = self.recorder.sent[sent_before:]
         waits = self.clock.sleeps[sleeps_before:]
-        self.check(where, step["publish"], body, expect, outcome, sent)
+        self.check(where, body, expect, outcome, sent)
         if "tokenRequests" in expect:
             got = sum(1 for s in sent if s.request.url.endswith("/tokens"))
             assert got == expect["tokenRequests"], f"{where}: tokenRequests {got}, want {expect['tokenRequests']}"
@@ -145,6 +161,8 @@ class Runner:
             assert len(waits) >= len(want), f"{where}: waitsAtLeast: waits {waits}, want at least {want}"
             for n, (got_wait, least) in enumerate(zip(waits, want)):
                 assert got_wait >= least, f"{where}: waitsAtLeast: wait {n + 1} is {got_wait} s, want {least} s"
+        if "order" in expect:
+            assert self.order == expect["order"], f"{where}: order {self.order}, want {expect['order']}"
 
     def concurrent(self, step: dict[str, Any], where: str) -> None:
         unknown = set(step) - {"concurrent", "expect"}
@@ -166,8 +184,7 @@ class Runner:
         outcomes = [self.outcome(f.result) for f in futures]
         sent = self.recorder.sent[sent_before:]
         for j, (sub, body, outcome) in enumerate(zip(listed, bodies, outcomes)):
-            mine = [s for s in sent if s.request.body == body]
-            self.check(f"{where}.{j + 1}", sub["publish"], body, sub.get("expect", {}), outcome, mine)
+            self.check(f"{where}.{j + 1}", body, sub.get("expect", {}), outcome, sent)
         if "order" in expect:
             assert self.order == expect["order"], f"{where}: order {self.order}, want {expect['order']}"
 
@@ -179,9 +196,12 @@ class Runner:
             return exc
         return result
 
-    def check(self, where: str, key: str, body: bytes, expect: dict[str, Any],
+    def check(self, where: str, body: bytes, expect: dict[str, Any],
               outcome: PublishResult | StorybusError, sent: list[Any]) -> None:
-        attempts = [s for s in sent if s.request.url.endswith("/messages")]
+        # The step's message's own attempts: an attempt of another message
+        # (a kept one the client resends first) counts in no attempts.
+        mid = message_id(body)
+        attempts = [s for s in sent if s.request.url.endswith("/messages") and message_id(s.request.body) == mid]
         got: dict[str, Any]
         if isinstance(outcome, PublishResult):
             kind = "duplicate" if outcome.status == 200 and outcome.duplicate else \
@@ -202,19 +222,38 @@ class Runner:
         if "attempts" in expect:
             assert len(attempts) == expect["attempts"], \
                 f"{where}: attempts {len(attempts)}, want {expect['attempts']} (the client answered {outcome!r})"
-        if expect.get("sameBytes"):
-            for n, s in enumerate(attempts):
-                assert s.request.body == body, f"{where}: sameBytes: attempt {n + 1} sent other bytes"
+        if "sameBytes" in expect:
+            same = all(s.request.body == body for s in attempts)
+            assert same == expect["sameBytes"], f"{where}: sameBytes {same}, want {expect['sameBytes']}"
         if "outbox" in expect:
-            message_id = SPEC["messages"][key].get("message_id", "")
-            mine = [e for e in self.outbox.list_pending() if e.message_id == message_id]
+            mine = [e for e in self.outbox.list_pending() if e.message_id == mid]
             if expect["outbox"]:
-                assert mine, f"{where}: outbox: no pending entry of {message_id}"
+                assert mine, f"{where}: outbox: no pending entry of {mid}"
                 assert all(e.message == body for e in mine), f"{where}: outbox: the kept bytes changed"
             else:
-                assert not mine, f"{where}: outbox: {len(mine)} pending entries of {message_id}, want none"
+                assert not mine, f"{where}: outbox: {len(mine)} pending entries of {mid}, want none"
 
 
 @pytest.mark.parametrize("scenario", SPEC["scenarios"], ids=[s["name"] for s in SPEC["scenarios"]])
 def test_scenario(scenario: dict[str, Any], bus: Bus, tmp_path: Path) -> None:
     Runner(bus, tmp_path, scenario).run()
+
+
+def test_a_step_counts_its_own_message_s_attempts(tmp_path: Path) -> None:
+    """attempts and sameBytes are the step's message's own: a kept message of
+    the story resent first, in the same step, counts in neither (the
+    scenario file's README), as in the Go and TypeScript runners."""
+    never = Bus(url="http://127.0.0.1:9", ops="", binary="", process=None)  # type: ignore[arg-type]
+    runner = Runner(never, tmp_path, {"name": "unit", "summary": "", "steps": []})
+    runner.client.close()  # it sends nothing: check() is given what was sent
+    kept, mine = runner.messages["kept-first"], runner.messages["kept-next"]
+    sent = [Sent(Request("POST", never.url + "/v1/tenants/newsroom/messages", body=b), 202) for b in (kept, mine)]
+    result = PublishResult(message_id=message_id(mine), message_type="story.context", family="story-context",
+                           status=202, duplicate=False, tolerated=(), attempts=1)
+    runner.check("unit", mine, {"attempts": 1, "sameBytes": True}, result, sent)
+    with pytest.raises(AssertionError, match="attempts 1, want 2"):
+        runner.check("unit", mine, {"attempts": 2}, result, sent)
+    # Other bytes under the step's message_id are the step's: sameBytes fails.
+    changed = Sent(Request("POST", sent[1].request.url, body=mine.replace(b"ready", b"draft")), 202)
+    with pytest.raises(AssertionError, match="sameBytes False, want True"):
+        runner.check("unit", mine, {"attempts": 2, "sameBytes": True}, result, [*sent, changed])

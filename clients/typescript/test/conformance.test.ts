@@ -59,8 +59,9 @@ const scenarioFile = path.join(repoDir, "clients", "conformance", "scenarios.jso
 const file = JSON.parse(readFileSync(scenarioFile, "utf8")) as ScenarioFile;
 
 // The expect members each kind of step may carry: a member the runner
-// does not know, or one in the wrong place, fails the step.
-const plainMembers = ["outcome", "status", "rule", "path", "attempts", "sameBytes", "tokenRequests", "minWaitSeconds", "waitsAtLeast", "outbox"];
+// does not know, or one in the wrong place, fails the step. A plain step's
+// order shows a kept message of its story resent before its own.
+const plainMembers = ["outcome", "status", "rule", "path", "attempts", "sameBytes", "tokenRequests", "minWaitSeconds", "waitsAtLeast", "outbox", "order"];
 const listedMembers = ["outcome", "status", "rule", "path", "attempts", "sameBytes", "outbox"];
 const concurrentMembers = ["order"];
 
@@ -71,13 +72,26 @@ function bytesOf(key: string): string {
   return JSON.stringify(m);
 }
 
+/** keyOf names an attempt in an order: the key of the file's message whose bytes it sent, "?" for none. */
+const keyOf = new Map(Object.keys(file.messages).map((k) => [bytesOf(k), k]));
+
+/** messageIdOf is the message_id of an attempt's body, what tells a step's own attempts from those of a kept message resent before it. */
+function messageIdOf(body: string): string {
+  try {
+    const id = (JSON.parse(body) as { message_id?: unknown }).message_id;
+    return typeof id === "string" ? id : "";
+  } catch {
+    return "";
+  }
+}
+
 /** Run is one scenario's client, outbox, transport and clock. */
 interface Run {
   client: Client;
   outbox: FileOutbox;
   recorder: Recorder;
   clock: FakeClock;
-  /** step answers by the body they are for, and how many attempts of it were made in the step. */
+  /** step answers by the message_id of the message they are for, and how many attempts of it were made in the step. */
   plan: Map<string, { answers: string[]; n: number }>;
 }
 
@@ -103,8 +117,9 @@ describe("conformance scenarios", () => {
     for (const d of dirs) rmSync(d, { recursive: true, force: true });
   });
 
-  it("has scenarios", () => {
+  it("has scenarios, and messages told apart by their bytes", () => {
     assert.ok(file.scenarios.length > 0);
+    assert.equal(keyOf.size, Object.keys(file.messages).length, "two messages of the file are the same bytes");
   });
 
   for (const scenario of file.scenarios) {
@@ -115,7 +130,7 @@ describe("conformance scenarios", () => {
       const recorder = new Recorder();
       const plan = new Map<string, { answers: string[]; n: number }>();
       recorder.answerFor = (_, body) => {
-        const p = plan.get(new TextDecoder().decode(body));
+        const p = plan.get(messageIdOf(new TextDecoder().decode(body)));
         if (!p) return "";
         return p.answers[p.n++] ?? "";
       };
@@ -157,7 +172,9 @@ async function runStep(run: Run, step: Step, where: string): Promise<void> {
   }
   for (const s of listed) {
     assert.ok(s.publish, `${where}: a step without publish`);
-    run.plan.set(bytesOf(s.publish), { answers: s.answers ?? [], n: 0 });
+    const id = messageIdOf(bytesOf(s.publish));
+    assert.ok(!run.plan.has(id), `${where}: two messages of one step have message_id ${id}`);
+    run.plan.set(id, { answers: s.answers ?? [], n: 0 });
   }
   // Every message handed over at once, in order, then every answer awaited.
   const pendings = listed.map((s) => {
@@ -177,15 +194,16 @@ async function runStep(run: Run, step: Step, where: string): Promise<void> {
   const waits = run.clock.waits.slice(waitsBefore);
   for (const [i, s] of listed.entries()) {
     const o = outcomes[i]!;
-    const own = publishes.filter((p) => new TextDecoder().decode(p.body) === o.bytes);
+    // The step's message's own attempts, by message_id: a kept message
+    // the client resends first counts in no attempts, only in the order.
+    const own = publishes.filter((p) => messageIdOf(new TextDecoder().decode(p.body)) === messageIdOf(o.bytes));
     const at = step.concurrent ? `${where} (${s.publish})` : where;
     await checkMessage(run, s.expect ?? {}, o, own, at);
     if (!step.concurrent) {
       checkStep(step.expect ?? {}, sent, waits, at);
     }
   }
-  if (step.concurrent && step.expect?.order) {
-    const keyOf = new Map(listed.map((s) => [bytesOf(s.publish!), s.publish!]));
+  if (step.expect?.order) {
     const order = publishes.map((p) => keyOf.get(new TextDecoder().decode(p.body)) ?? "?");
     assert.deepEqual(order, step.expect.order, `${where}: order of the attempts`);
   }
