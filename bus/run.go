@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"strings"
 	"time"
 
@@ -145,6 +146,9 @@ func everyWorkspaceServed(ctx context.Context, st *store.Store, srv *Server, log
 	return true
 }
 
+// Store is the store the bus serves from.
+func (s *Server) Store() *store.Store { return s.opts.Store }
+
 // Drain marks the bus as stopping: from now on /readyz answers 503, so
 // load balancers and Service endpoints stop sending it new requests, while
 // it goes on answering those that still arrive.
@@ -155,4 +159,25 @@ func cmpLogger(l *slog.Logger) *slog.Logger {
 		return slog.Default()
 	}
 	return l
+}
+
+// Remove stops serving workspace id: from now on its requests are answered
+// as those of a workspace the bus does not serve, and Remove returns once
+// the workspace's background writes (record marks, counters) are done.
+// Its stream and buckets stay in the store.
+func (s *Server) Remove(_ context.Context, id string) {
+	s.mu.Lock()
+	current := *s.workspaces.Load()
+	ws, ok := current[id]
+	if !ok {
+		s.mu.Unlock()
+		return
+	}
+	next := maps.Clone(current)
+	delete(next, id)
+	s.workspaces.Store(&next)
+	s.mu.Unlock()
+	ws.core.Wait()
+	ws.limiter.Wait()
+	s.log.Info("stopped serving workspace", "workspace", id)
 }

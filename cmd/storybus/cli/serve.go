@@ -22,6 +22,7 @@ import (
 
 	"github.com/storybus/storybus/bus"
 	"github.com/storybus/storybus/bus/config"
+	"github.com/storybus/storybus/bus/pool"
 	"github.com/storybus/storybus/bus/publish"
 	"github.com/storybus/storybus/bus/store"
 	"github.com/storybus/storybus/bus/tlsconfig"
@@ -57,6 +58,9 @@ type ServeOptions struct {
 	RequestConcurrency int
 	// RefusalHold is how long at most an over-share refusal is held.
 	RefusalHold time.Duration
+	// Pool names the bus pool whose workspaces this bus serves, from the
+	// pool's buckets on the --nats-url cluster, as replica PoolReplica.
+	Pool, PoolReplica string
 	// DrainPeriod is how long a stopping bus goes on serving, not ready,
 	// before it completes what is in progress and exits.
 	DrainPeriod time.Duration
@@ -104,6 +108,8 @@ func (o *ServeOptions) bind(cmd *cobra.Command) {
 	f.IntVar(&o.MaxConnections, "max-connections", DefaultMaxConnections, "open connections the publish port serves at once; more wait to be accepted (0: no bound)")
 	f.StringVar(&o.MemoryLimit, "memory-limit", "", "the memory the bus may use, in bytes or as a Kubernetes quantity (1Gi): the Go heap is kept under nine tenths of it unless GOMEMLIMIT is set; empty sets nothing")
 	f.DurationVar(&o.RefusalHold, "refusal-hold", bus.DefaultRefusalHold, "how long at most a rate.limited, workspace.busy or policy.busy refusal is held, up to its Retry-After, before it is answered, so that a producer retrying at once spins no faster than its share (0: answer at once)")
+	f.StringVar(&o.Pool, "pool", "", "serve the workspaces of this bus pool, from its buckets on the --nats-url cluster, as they are put there (docs/pools.md)")
+	f.StringVar(&o.PoolReplica, "pool-replica", "", "this replica's name in the pool's status bucket (default: the host name)")
 	f.DurationVar(&o.DrainPeriod, "drain-period", DefaultDrainPeriod, "on SIGTERM, how long the bus goes on answering, with /readyz failing, so that load balancers stop sending it requests before it stops listening (0: stop at once)")
 	f.IntVar(&o.RequestConcurrency, "request-concurrency", bus.DefaultRequestConcurrency, "publish requests of one workspace past authentication at once, for workspaces whose configuration sets no requestConcurrency; past it 503 workspace.busy")
 	f.BoolVar(&o.AccessLog, "access-log", true, "log one line per request on the publish port (--access-log=false turns it off)")
@@ -124,6 +130,9 @@ func (o *ServeOptions) bind(cmd *cobra.Command) {
 func (o *ServeOptions) validate() error {
 	if err := validateLogFlags(o.LogFormat, o.LogLevel); err != nil {
 		return err
+	}
+	if o.Pool != "" && o.NATSURL == "" {
+		return usageError{errors.New("--pool needs --nats-url: a pool's replicas share an external NATS cluster")}
 	}
 	if o.DrainPeriod < 0 || o.DrainPeriod > time.Minute {
 		return usageError{errors.New("--drain-period must be between 0 and 1m")}
@@ -174,8 +183,8 @@ func newServeCommand() *cobra.Command {
 		Args:  cobra.NoArgs,
 		Short: "Serve the publish API of the workspaces in the configuration files",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if len(o.Configs) == 0 {
-				return usageError{errors.New("at least one --config is required")}
+			if len(o.Configs) == 0 && o.Pool == "" {
+				return usageError{errors.New("at least one --config (or --pool) is required")}
 			}
 			if err := o.validate(); err != nil {
 				return err
@@ -295,8 +304,61 @@ func Serve(ctx context.Context, o ServeOptions, cfgs []*config.Workspace, log *s
 		Bus: bo, Workspaces: cfgs,
 	}
 	return bus.Run(ctx, ro, func(ctx context.Context, srv *bus.Server) error {
+		if o.Pool != "" {
+			if err := servePool(ctx, o, srv, log); err != nil {
+				return err
+			}
+		}
 		return serveHTTP(ctx, o, cfgs, srv, log, ready)
 	})
+}
+
+// poolSyncTimeout bounds how long a pool replica waits for the pool's
+// current workspaces before it listens.
+const poolSyncTimeout = time.Minute
+
+// servePool starts serving the workspaces of pool o.Pool as they are put
+// there, and returns once those the pool holds now are applied.
+func servePool(ctx context.Context, o ServeOptions, srv *bus.Server, log *slog.Logger) error {
+	replica := o.PoolReplica
+	if replica == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return fmt.Errorf("--pool-replica: %w", err)
+		}
+		replica = h
+	}
+	p, err := pool.Open(ctx, srv.Store().JS, o.Pool, o.Replicas)
+	if err != nil {
+		return err
+	}
+	synced := make(chan struct{})
+	go func() {
+		// A watch that ends (the cluster lost, the bucket recreated) is
+		// started again: it delivers the current set first, so the
+		// replica converges.
+		onSynced := func() { close(synced) }
+		for ctx.Err() == nil {
+			err := p.Serve(ctx, replica, srv, log, onSynced)
+			onSynced = nil
+			if err != nil {
+				log.Error("pool watch ended; watching again", "pool", o.Pool, "error", err)
+				select {
+				case <-ctx.Done():
+				case <-time.After(time.Second):
+				}
+			}
+		}
+	}()
+	select {
+	case <-synced:
+		log.Info("serving pool", "pool", o.Pool, "replica", replica)
+		return nil
+	case <-ctx.Done():
+		return nil
+	case <-time.After(poolSyncTimeout):
+		return fmt.Errorf("pool %s: its workspaces did not arrive within %s", o.Pool, poolSyncTimeout)
+	}
 }
 
 // serveHTTP serves srv's publish API and operations endpoints, and reloads

@@ -1,0 +1,234 @@
+// Package pool carries a bus pool's workspaces to its replicas through the
+// pool's own NATS cluster, so that adding, changing or removing a
+// workspace restarts no replica and needs no Kubernetes object per
+// workspace on the replicas' side.
+//
+// Two JetStream key-value buckets make a pool: storybus-pool-<name> holds
+// one key per workspace, its compiled configuration document (the one
+// serve reads from a file, signing key inline), written by the operator;
+// storybus-pool-<name>-status holds one key per workspace and replica,
+// <workspace>.<replica>, what that replica has in force: the document's
+// hash, or why it refused it. A replica watches every key of the first
+// bucket: on start and on every reconnect the watch delivers the current
+// value of each key first, so a replica converges to the current set, and
+// each change costs it one document, whatever the number of workspaces.
+package pool
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/storybus/storybus/bus/config"
+)
+
+// Bucket is the key-value bucket of pool name's workspace documents.
+func Bucket(name string) string { return "storybus-pool-" + name }
+
+// StatusBucket is the key-value bucket where pool name's replicas report
+// what they have in force.
+func StatusBucket(name string) string { return "storybus-pool-" + name + "-status" }
+
+// MaxDocumentBytes bounds one workspace's document: a workspace of 1,000
+// connections with long names fits well within it, and it is the NATS
+// server's default maximum message size.
+const MaxDocumentBytes = 1 << 20
+
+// Status is what one replica has in force for one workspace.
+type Status struct {
+	// Hash is config.DocumentHash of the document in force, empty when the
+	// replica refused the document and serves none of the workspace.
+	Hash string `json:"hash,omitempty"`
+	// Refused is the hash of a document the replica refused, and Error
+	// why; the document before it, if any, stays in force.
+	Refused string `json:"refused,omitempty"`
+	Error   string `json:"error,omitempty"`
+	// At is when the replica wrote this status.
+	At time.Time `json:"at"`
+}
+
+// Pool is a pool's two buckets.
+type Pool struct {
+	// Name is the pool's name.
+	Name string
+	// Documents holds one compiled workspace document per key.
+	Documents jetstream.KeyValue
+	// Statuses holds one Status per workspace and replica.
+	Statuses jetstream.KeyValue
+}
+
+// Open opens pool name's buckets, creating them with replicas copies each
+// when they do not exist.
+func Open(ctx context.Context, js jetstream.JetStream, name string, replicas int) (*Pool, error) {
+	if replicas < 1 {
+		replicas = 1
+	}
+	docs, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:       Bucket(name),
+		Description:  "storybus pool " + name + ": one compiled workspace configuration per key",
+		History:      1,
+		MaxValueSize: MaxDocumentBytes,
+		Storage:      jetstream.FileStorage,
+		Replicas:     replicas,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pool %s's documents bucket: %w", name, err)
+	}
+	statuses, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      StatusBucket(name),
+		Description: "storybus pool " + name + ": what each replica has in force, per workspace",
+		History:     1,
+		Storage:     jetstream.FileStorage,
+		Replicas:    replicas,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pool %s's status bucket: %w", name, err)
+	}
+	return &Pool{Name: name, Documents: docs, Statuses: statuses}, nil
+}
+
+// Put writes workspace cfg's document into the pool: every replica puts it
+// in force. It returns the document's hash, which the replicas report.
+func (p *Pool) Put(ctx context.Context, cfg *config.Workspace) (string, error) {
+	if err := cfg.Validate(); err != nil {
+		return "", fmt.Errorf("workspace %q: %w", cfg.ID, err)
+	}
+	b, err := json.Marshal(cfg)
+	if err != nil {
+		return "", err
+	}
+	if len(b) > MaxDocumentBytes {
+		return "", fmt.Errorf("workspace %q: its document is %d bytes, over %d", cfg.ID, len(b), MaxDocumentBytes)
+	}
+	if _, err := p.Documents.Put(ctx, cfg.ID, b); err != nil {
+		return "", fmt.Errorf("put workspace %q into pool %s: %w", cfg.ID, p.Name, err)
+	}
+	return config.DocumentHash(b), nil
+}
+
+// Delete removes workspace id from the pool: every replica stops serving
+// it. Its stream and buckets stay; the operator deletes them as the
+// Tenant's deletion policy says.
+func (p *Pool) Delete(ctx context.Context, id string) error {
+	if err := p.Documents.Delete(ctx, id); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return fmt.Errorf("delete workspace %q from pool %s: %w", id, p.Name, err)
+	}
+	return nil
+}
+
+// StatusesOf returns what every replica reports for workspace id, by
+// replica.
+func (p *Pool) StatusesOf(ctx context.Context, id string) (map[string]Status, error) {
+	lister, err := p.Statuses.ListKeysFiltered(ctx, id+".*")
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]Status{}
+	for key := range lister.Keys() {
+		e, err := p.Statuses.Get(ctx, key)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		var st Status
+		if err := json.Unmarshal(e.Value(), &st); err != nil {
+			continue
+		}
+		out[strings.TrimPrefix(key, id+".")] = st
+	}
+	return out, nil
+}
+
+// Target is what a replica does with the pool's workspaces: a bus server.
+type Target interface {
+	Apply(ctx context.Context, cfg *config.Workspace) error
+	Remove(ctx context.Context, id string)
+}
+
+// Serve keeps target serving the pool's workspaces until ctx ends:
+// every document in the pool, then every change, applied as it comes. A
+// document that does not parse or apply is reported in the status bucket
+// under this replica's name and leaves the workspace as it was; the other
+// workspaces are not touched. synced, when set, is called once the
+// documents the pool held at the start are applied.
+func (p *Pool) Serve(ctx context.Context, replica string, target Target, log *slog.Logger, synced func()) error {
+	w, err := p.Documents.WatchAll(ctx)
+	if err != nil {
+		return fmt.Errorf("watch pool %s: %w", p.Name, err)
+	}
+	defer func() { _ = w.Stop() }()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case e, ok := <-w.Updates():
+			if !ok {
+				return fmt.Errorf("pool %s's watch ended", p.Name)
+			}
+			if e == nil {
+				// The current values have all been delivered.
+				if synced != nil {
+					synced()
+					synced = nil
+				}
+				continue
+			}
+			p.handle(ctx, replica, target, e, log)
+		}
+	}
+}
+
+func (p *Pool) handle(ctx context.Context, replica string, target Target, e jetstream.KeyValueEntry, log *slog.Logger) {
+	id := e.Key()
+	statusKey := id + "." + replica
+	if e.Operation() != jetstream.KeyValuePut {
+		target.Remove(ctx, id)
+		if err := p.Statuses.Delete(ctx, statusKey); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+			log.Warn("could not clear a removed workspace's status", "pool", p.Name, "workspace", id, "error", err)
+		}
+		log.Info("pool workspace removed", "pool", p.Name, "workspace", id)
+		return
+	}
+	hash := config.DocumentHash(e.Value())
+	cfg, err := config.Parse(e.Value())
+	if err == nil && cfg.ID != id {
+		err = fmt.Errorf("the document of key %q is workspace %q's", id, cfg.ID)
+	}
+	if err == nil {
+		err = target.Apply(ctx, cfg)
+	}
+	st := Status{At: time.Now().UTC()}
+	if err != nil {
+		log.Error("pool workspace refused; the previous configuration stays in force", "pool", p.Name, "workspace", id, "error", err)
+		if prev, ok := p.status(ctx, statusKey); ok {
+			st.Hash = prev.Hash
+		}
+		st.Refused, st.Error = hash, err.Error()
+	} else {
+		st.Hash = hash
+	}
+	b, _ := json.Marshal(st)
+	if _, err := p.Statuses.Put(ctx, statusKey, b); err != nil {
+		log.Warn("could not report a workspace's status", "pool", p.Name, "workspace", id, "error", err)
+	}
+}
+
+func (p *Pool) status(ctx context.Context, key string) (Status, bool) {
+	e, err := p.Statuses.Get(ctx, key)
+	if err != nil {
+		return Status{}, false
+	}
+	var st Status
+	if json.Unmarshal(e.Value(), &st) != nil {
+		return Status{}, false
+	}
+	return st, true
+}

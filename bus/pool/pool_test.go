@@ -1,0 +1,219 @@
+package pool_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/storybus/storybus/bus"
+	"github.com/storybus/storybus/bus/config"
+	"github.com/storybus/storybus/bus/pool"
+	"github.com/storybus/storybus/internal/storetest"
+	"github.com/storybus/storybus/internal/testutil"
+)
+
+const secret = "cms-secret-0123456789abcdef0123456789"
+
+func workspace(id string) *config.Workspace {
+	w := &config.Workspace{
+		ID:         id,
+		SigningKey: id + "-signing-key-0123456789abcdef0123",
+		Connections: []config.Connection{{Name: "cms", SecretHash: config.HashSecret(secret), Grant: config.Grant{
+			Publish: config.PublishGrant{SystemIDs: []string{"cms"}, MessageTypes: []string{"*"}}}}},
+	}
+	w.Default()
+	return w
+}
+
+// replica is one pool replica: a bus server serving the pool's workspaces.
+type replica struct {
+	srv  *bus.Server
+	http *httptest.Server
+	stop context.CancelFunc
+	done chan error
+}
+
+func startReplica(t *testing.T, p *pool.Pool, o bus.Options, name string) *replica {
+	t.Helper()
+	r := &replica{srv: bus.New(o), done: make(chan error, 1)}
+	r.http = httptest.NewServer(r.srv.Handler())
+	t.Cleanup(r.http.Close)
+	ctx, stop := context.WithCancel(context.Background())
+	r.stop = stop
+	synced := make(chan struct{})
+	go func() { r.done <- p.Serve(ctx, name, r.srv, slog.New(slog.DiscardHandler), func() { close(synced) }) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-r.done; err != nil {
+			t.Errorf("replica %s: %v", name, err)
+		}
+	})
+	select {
+	case <-synced:
+	case err := <-r.done:
+		t.Fatalf("replica %s ended: %v", name, err)
+	case <-time.After(30 * time.Second):
+		t.Fatalf("replica %s did not sync", name)
+	}
+	return r
+}
+
+// publish gets a token for cms and publishes a fresh snapshot to ws,
+// returning the publish's status (0 with the token endpoint's when no
+// token was issued).
+func (r *replica) publish(t *testing.T, ws string) int {
+	t.Helper()
+	form := url.Values{"grant_type": {"client_credentials"}}
+	req, _ := http.NewRequest(http.MethodPost, r.http.URL+"/v1/tenants/"+ws+"/tokens", strings.NewReader(form.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.SetBasicAuth("cms", secret)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tok struct {
+		AccessToken string `json:"access_token"`
+	}
+	_ = json.NewDecoder(res.Body).Decode(&tok)
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		return res.StatusCode
+	}
+	body := fmt.Sprintf(`{"som_version":"1.0","message_id":%q,"message_type":"story.context","system_id":"cms","timestamp":"2026-12-01T09:00:00Z","payload":{"story_id":%q,"sequence_number":1,"state":"draft","headline":"Pool"}}`,
+		uuid.NewString(), "story-"+uuid.NewString()[:8])
+	req, _ = http.NewRequest(http.MethodPost, r.http.URL+"/v1/tenants/"+ws+"/messages", bytes.NewReader([]byte(body)))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+tok.AccessToken)
+	res, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	return res.StatusCode
+}
+
+// TestPoolReplicasServeThePoolsWorkspaces runs two replicas of one pool on
+// one store: a workspace put into the pool is served by both, restarting
+// neither, and each reports the document it has in force; a changed
+// document is in force on both; a document that does not apply is
+// reported on that workspace alone and leaves the previous one in force;
+// a removed workspace is served by neither; and a replica started later
+// converges to the pool's current set.
+func TestPoolReplicasServeThePoolsWorkspaces(t *testing.T) {
+	_, st := storetest.Embedded(t)
+	ctx := context.Background()
+	p, err := pool.Open(ctx, st.JS, "shared", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := bus.Options{Store: st, RequestTimeout: 5 * time.Second, Logger: slog.New(slog.DiscardHandler)}
+	a, b := startReplica(t, p, o, "a"), startReplica(t, p, o, "b")
+
+	inForce := func(ws, hash string, replicas ...string) {
+		t.Helper()
+		testutil.Eventually(t, fmt.Sprintf("%s's document %s in force on %v", ws, hash, replicas), 30*time.Second, func() error {
+			got, err := p.StatusesOf(ctx, ws)
+			if err != nil {
+				return err
+			}
+			for _, name := range replicas {
+				if got[name].Hash != hash {
+					return fmt.Errorf("replica %s reports %+v", name, got[name])
+				}
+			}
+			return nil
+		})
+	}
+
+	// Onboarding: both replicas serve it, neither restarted.
+	start := time.Now()
+	hash, err := p.Put(ctx, workspace("brand-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inForce("brand-1", hash, "a", "b")
+	t.Logf("in force on both replicas %s after the put", time.Since(start).Round(time.Millisecond))
+	for _, r := range []*replica{a, b} {
+		if s := r.publish(t, "brand-1"); s != http.StatusAccepted {
+			t.Fatalf("publish on a replica: %d", s)
+		}
+	}
+	if _, err := p.Put(ctx, workspace("brand-2")); err != nil {
+		t.Fatal(err)
+	}
+
+	// A change (a rotated secret: the hash of another) is in force on both.
+	changed := workspace("brand-1")
+	changed.Connections[0].SecretHash = config.HashSecret("rotated-secret-0123456789abcdef0123")
+	hash2, err := p.Put(ctx, changed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inForce("brand-1", hash2, "a", "b")
+	if s := a.publish(t, "brand-1"); s != http.StatusUnauthorized {
+		t.Fatalf("the old secret after the rotation: %d, want 401", s)
+	}
+
+	// A document that does not apply (a module that does not compile) is
+	// refused on that workspace alone; its previous document stays.
+	bad := workspace("brand-2")
+	bad.Policies = []config.PolicyModule{{Name: "broken", Rego: "package storybus.tenant.broken\n\ndeny contains {"}}
+	b2, _ := json.Marshal(bad)
+	if _, err := p.Documents.Put(ctx, "brand-2", b2); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, "the broken document is refused on both replicas", 30*time.Second, func() error {
+		got, err := p.StatusesOf(ctx, "brand-2")
+		if err != nil {
+			return err
+		}
+		for _, name := range []string{"a", "b"} {
+			if got[name].Refused != config.DocumentHash(b2) || got[name].Error == "" || got[name].Hash == "" {
+				return fmt.Errorf("replica %s reports %+v", name, got[name])
+			}
+		}
+		return nil
+	})
+	if s := b.publish(t, "brand-2"); s != http.StatusAccepted {
+		t.Fatalf("brand-2 under its previous document: %d", s)
+	}
+	if s := b.publish(t, "brand-1"); s == http.StatusAccepted || s == 0 {
+		t.Fatalf("brand-1 with the old secret on the other replica: %d", s)
+	}
+
+	// A replica started now serves the current set at once.
+	c := startReplica(t, p, o, "c")
+	if _, ok := c.srv.Config("brand-1"); !ok {
+		t.Fatal("a late replica does not serve brand-1 once synced")
+	}
+	inForce("brand-1", hash2, "c")
+
+	// Removed: served by none, its status gone.
+	if err := p.Delete(ctx, "brand-1"); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, "brand-1 is served by no replica", 30*time.Second, func() error {
+		for name, r := range map[string]*replica{"a": a, "b": b, "c": c} {
+			if _, ok := r.srv.Config("brand-1"); ok {
+				return fmt.Errorf("replica %s still serves it", name)
+			}
+		}
+		if got, _ := p.StatusesOf(ctx, "brand-1"); len(got) != 0 {
+			return fmt.Errorf("statuses left: %v", got)
+		}
+		return nil
+	})
+	if s := a.publish(t, "brand-1"); s != http.StatusForbidden {
+		t.Fatalf("a removed workspace's token request: %d, want 403 as for an unknown workspace", s)
+	}
+}
