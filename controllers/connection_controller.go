@@ -86,12 +86,7 @@ func (r *ConnectionReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		applyConnectionStatus(c, observeConnection(s))
 		err = errors.Join(err, patchStatus(ctx, r.Client, r.Recorder, c, before))
 	}()
-	for _, phase := range []func(context.Context, *connectionScope) error{r.resolveRefs, r.reconcileCredentials} {
-		if err := phase(ctx, s); err != nil {
-			return ctrl.Result{}, err
-		}
-	}
-	return ctrl.Result{}, nil
+	return doReconcile(ctx, s, noRequeue(r.resolveRefs), noRequeue(r.reconcileCredentials))
 }
 
 // resolveRefs checks the Tenant and the IAM access key Secret exist.

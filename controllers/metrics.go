@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -90,25 +91,17 @@ func registerMetrics(reader client.Reader) error {
 	return metrics.Registry.Register(c)
 }
 
-// recordConfiguration is the phase after the ConfigMap's: it notes the
-// generation whose configuration was compiled and written.
-func (r *TenantReconciler) recordConfiguration(_ context.Context, s *tenantScope) error {
-	if s.configYAML != nil {
-		configurationGeneration.WithLabelValues(s.tenant.Namespace, s.tenant.Name).Set(float64(s.tenant.Generation))
-	}
-	return nil
-}
-
 // forgetTenantMetrics drops the metrics of a Tenant that is gone.
 func forgetTenantMetrics(t types.NamespacedName) {
 	configurationGeneration.DeleteLabelValues(t.Namespace, t.Name)
 }
 
-// observed wraps a reconciler of kind: a spec the user must fix
-// (reconcile.TerminalError) is already in the object's status and Events,
-// so it is logged at INFO and not handed to controller-runtime, which would
-// log it as an ERROR; so is a reconcile cut short because the operator
-// stops. Other errors are counted and returned to be retried.
+// observed wraps a reconciler of kind: errors to be retried are counted by
+// the API server's reason. A spec the user must fix
+// (reconcile.TerminalError) is already in the object's status and Events:
+// it is returned as it is, so that controller-runtime counts it among its
+// terminal errors and does not retry it, and is not counted here. A
+// reconcile cut short because the operator stops is neither.
 type observed struct {
 	kind  string
 	inner reconcile.Reconciler
@@ -121,8 +114,7 @@ func (o observed) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result,
 	case err == nil:
 		return res, nil
 	case errors.Is(err, reconcile.TerminalError(nil)):
-		log.FromContext(ctx).Info("waiting for the spec to be fixed", "error", err.Error())
-		return ctrl.Result{}, nil
+		return res, err
 	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
 		// The operator is stopping: the next leader reconciles again.
 		log.FromContext(ctx).Info("reconcile interrupted by shutdown")
@@ -130,6 +122,43 @@ func (o observed) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result,
 	}
 	reconcileErrors.WithLabelValues(o.kind, errorReason(err)).Inc()
 	return res, err
+}
+
+// LogSpecErrorsAsInfo returns l, except that it writes a reconcile error
+// that is a reconcile.TerminalError (a spec the user must fix, already in
+// the object's status and Events) at INFO, "waiting for the spec to be
+// fixed", not as controller-runtime's ERROR "Reconciler error": an
+// operator's ERROR is for its administrators. Give it to the manager
+// (manager.Options.Logger).
+func LogSpecErrorsAsInfo(l logr.Logger) logr.Logger {
+	if l.GetSink() == nil {
+		return l
+	}
+	return l.WithSink(specErrorSink{l.GetSink()})
+}
+
+// specErrorSink is the sink of LogSpecErrorsAsInfo.
+type specErrorSink struct{ logr.LogSink }
+
+// Error implements logr.LogSink.
+func (s specErrorSink) Error(err error, msg string, kv ...any) {
+	if !errors.Is(err, reconcile.TerminalError(nil)) {
+		s.LogSink.Error(err, msg, kv...)
+		return
+	}
+	if s.Enabled(0) {
+		s.LogSink.Info(0, "waiting for the spec to be fixed", append(kv, "error", err.Error())...)
+	}
+}
+
+// WithValues implements logr.LogSink.
+func (s specErrorSink) WithValues(kv ...any) logr.LogSink {
+	return specErrorSink{s.LogSink.WithValues(kv...)}
+}
+
+// WithName implements logr.LogSink.
+func (s specErrorSink) WithName(name string) logr.LogSink {
+	return specErrorSink{s.LogSink.WithName(name)}
 }
 
 // errorReason is the API server's reason for err, such as Conflict or

@@ -106,27 +106,41 @@ func TestBuildInfoMetric(t *testing.T) {
 	}
 }
 
+// counter is the value of the counter of name with labels in the
+// registry.
+func counter(name string, labels map[string]string) (float64, error) {
+	_, c, err := series(name, labels)
+	return c, err
+}
+
 // gauge is the value of the series of name with labels in the registry.
 func gauge(name string, labels map[string]string) (float64, error) {
+	g, _, err := series(name, labels)
+	return g, err
+}
+
+// series is the value of the series of name with labels in the registry,
+// as a gauge and as a counter.
+func series(name string, labels map[string]string) (gauge, counter float64, err error) {
 	mfs, err := metrics.Registry.Gather()
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	for _, mf := range mfs {
 		if mf.GetName() != name {
 			continue
 		}
-	series:
+	next:
 		for _, m := range mf.GetMetric() {
 			for _, lp := range m.GetLabel() {
 				if want, ok := labels[lp.GetName()]; ok && want != lp.GetValue() {
-					continue series
+					continue next
 				}
 			}
-			return m.GetGauge().GetValue(), nil
+			return m.GetGauge().GetValue(), m.GetCounter().GetValue(), nil
 		}
 	}
-	return 0, fmt.Errorf("no series %s%v", name, labels)
+	return 0, 0, fmt.Errorf("no series %s%v", name, labels)
 }
 
 // TestReconcileErrorsCounted: a failed reconcile counts by kind and the
@@ -144,8 +158,11 @@ func TestReconcileErrorsCounted(t *testing.T) {
 		t.Errorf("Conflict errors %v, want %v", got, before+1)
 	}
 	unknown := testutil.ToFloat64(reconcileErrors.WithLabelValues("Test", "Unknown"))
-	if _, err := fail(reconcile.TerminalError(errors.New("bad spec"))).Reconcile(context.Background(), ctrl.Request{}); err != nil {
-		t.Errorf("a spec to fix returned %v, want nil", err)
+	// controller-runtime counts a spec to fix among its terminal errors
+	// (controller_runtime_terminal_reconcile_errors_total) and does not
+	// retry it: it must see the error.
+	if _, err := fail(reconcile.TerminalError(errors.New("bad spec"))).Reconcile(context.Background(), ctrl.Request{}); !errors.Is(err, reconcile.TerminalError(nil)) {
+		t.Errorf("a spec to fix returned %v, want the terminal error", err)
 	}
 	if got := testutil.ToFloat64(reconcileErrors.WithLabelValues("Test", "Unknown")); got != unknown {
 		t.Errorf("a spec to fix counted as an error")
@@ -162,8 +179,10 @@ func TestReconcileErrorsCounted(t *testing.T) {
 }
 
 // TestUserMistakesAreNotErrors: a dangling tenantRef and an invalid
-// configuration are Warnings in status and Events, never an ERROR log.
+// configuration are Warnings in status and Events, never an ERROR log;
+// controller-runtime counts the invalid configuration as a terminal error.
 func TestUserMistakesAreNotErrors(t *testing.T) {
+	terminalBefore, _ := counter("controller_runtime_terminal_reconcile_errors_total", map[string]string{"controller": "tenant-configuration"})
 	ns := newNamespace(t)
 	create(t, newConnection(ns, "orphan-conn", "no-such-tenant"))
 	create(t, newTenant(ns, "badly-configured", func(tn *v1alpha1.Tenant) {
@@ -184,6 +203,9 @@ func TestUserMistakesAreNotErrors(t *testing.T) {
 		if lines := testLogs.errorsAbout(name); len(lines) > 0 {
 			t.Errorf("ERROR logged for %s:\n%s", name, strings.Join(lines, "\n"))
 		}
+	}
+	if n, err := counter("controller_runtime_terminal_reconcile_errors_total", map[string]string{"controller": "tenant-configuration"}); err != nil || n <= terminalBefore {
+		t.Errorf("terminal reconcile errors of tenant-configuration: %v (%v), were %v: the invalid configuration did not reach controller-runtime", n, err, terminalBefore)
 	}
 	// One Event per reason: Ready repeats InvalidConfiguration and adds
 	// nothing.

@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -22,10 +23,12 @@ import (
 // in memory. The manager's cache holds only the Secrets the operator makes
 // and labels (LabelManagedBy = FieldManager: signing keys, generated
 // credentials). The Secrets users name (a reused credentials Secret, an IAM
-// access key Secret, NATS credentials) are read straight from the API
-// server when needed, and watched through a second cache that holds only
-// their metadata, with annotations stripped (kubectl apply copies a
-// Secret's data into an annotation).
+// access key Secret, TLS and NATS credentials) are watched through a second
+// cache that holds only their metadata, with annotations stripped (kubectl
+// apply copies a Secret's data into an annotation), and read straight from
+// the API server the first time they are needed and again whenever their
+// resourceVersion changes: the operator keeps the last read of each Secret
+// it was asked for, and nothing of the others.
 //
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update
 
@@ -37,6 +40,10 @@ type Secrets struct {
 	direct client.Reader
 	// others holds the metadata of the Secrets the operator does not label.
 	others cache.Cache
+
+	mu sync.Mutex
+	// read are the last direct reads of the Secrets asked for, by key.
+	read map[client.ObjectKey]*corev1.Secret
 }
 
 // managedSelector selects the objects the operator labels as its own.
@@ -74,7 +81,7 @@ func newSecrets(mgr ctrl.Manager, namespaces []string) (*Secrets, error) {
 	if err := mgr.Add(others); err != nil {
 		return nil, err
 	}
-	return &Secrets{cached: mgr.GetCache(), direct: mgr.GetAPIReader(), others: others}, nil
+	return &Secrets{cached: mgr.GetCache(), direct: mgr.GetAPIReader(), others: others, read: map[client.ObjectKey]*corev1.Secret{}}, nil
 }
 
 // stripSecretMetadata keeps of a Secret's metadata only what maps it to
@@ -86,14 +93,40 @@ func stripSecretMetadata(in any) (any, error) {
 	return in, nil
 }
 
-// Get reads a Secret: from the cache when the operator labels it, else
-// from the API server.
+// Get reads a Secret: from the cache when the operator labels it, else the
+// last read from the API server while the metadata cache shows the same
+// resourceVersion, else from the API server.
 func (s *Secrets) Get(ctx context.Context, key client.ObjectKey, sec *corev1.Secret) error {
 	err := s.cached.Get(ctx, key, sec)
 	if !apierrors.IsNotFound(err) {
 		return err
 	}
-	return s.direct.Get(ctx, key, sec)
+	md := secretMetadata()
+	version := ""
+	switch err := s.others.Get(ctx, key, md); {
+	case err == nil:
+		version = md.ResourceVersion
+	case !apierrors.IsNotFound(err):
+		return err
+	}
+	s.mu.Lock()
+	last := s.read[key]
+	s.mu.Unlock()
+	if last != nil && version != "" && last.ResourceVersion == version {
+		last.DeepCopyInto(sec)
+		return nil
+	}
+	// Not seen yet (just created, or the metadata cache is behind): ask.
+	err = s.direct.Get(ctx, key, sec)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case apierrors.IsNotFound(err):
+		delete(s.read, key)
+	case err == nil && sec.Labels[LabelManagedBy] != FieldManager:
+		s.read[key] = sec.DeepCopy()
+	}
+	return err
 }
 
 // Watch makes b watch every Secret the operator can see, labelled or not,

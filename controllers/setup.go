@@ -5,7 +5,13 @@ import (
 	"fmt"
 	"time"
 
+	"maps"
+
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -60,6 +66,9 @@ type Options struct {
 	// WatchNamespaces are the namespaces the manager's cache holds (as
 	// CacheOptions was given them); empty means every namespace.
 	WatchNamespaces []string
+	// Prober asks ready bus pods which configuration they serve; nil means
+	// an HTTPConfigProber.
+	Prober ConfigProber
 }
 
 func (o Options) withDefaults() Options {
@@ -96,23 +105,59 @@ func NewScheme() (*runtime.Scheme, error) {
 	return s, nil
 }
 
-// CacheOptions restrict what the manager caches: of all pods and volume
-// claims, only the bus's; of all Secrets, only those the operator made (the
-// others are read directly, see Secrets); and, when namespaces are given,
+// CacheOptions restrict what the manager caches to what the operator
+// needs: of the kinds it writes (and of pods), only the objects it labels as
+// its own (LabelManagedBy = FieldManager: Secrets users name are watched
+// as metadata only and read directly, see Secrets); of volume claims, only
+// the bus's; of every object, no managed fields, and of the objects users
+// write, no copy of their last kubectl apply. When namespaces are given,
 // only objects in those. Pass them as manager.Options.Cache, and the same
 // namespaces as Options.WatchNamespaces.
 func CacheOptions(namespaces ...string) cache.Options {
+	managed := cache.ByObject{Label: managedSelector()}
 	return cache.Options{
 		DefaultNamespaces: namespaceConfigs(namespaces),
+		DefaultTransform:  stripCachedMetadata,
 		ByObject: map[client.Object]cache.ByObject{
-			&corev1.Pod{}:    {Label: managedSelector()},
-			&corev1.Secret{}: {Label: managedSelector()},
+			&corev1.Pod{}:                   managed,
+			&corev1.Secret{}:                managed,
+			&corev1.ConfigMap{}:             managed,
+			&corev1.Service{}:               managed,
+			&appsv1.StatefulSet{}:           managed,
+			&policyv1.PodDisruptionBudget{}: managed,
+			&networkingv1.NetworkPolicy{}:   managed,
+			&networkingv1.Ingress{}:         managed,
+			// HTTPRoutes are cached whole: a by-object option needs the
+			// kind served, and the Gateway API is optional.
+			//
 			// The volume claims a StatefulSet makes carry the labels of its
 			// claim template: the selector labels, without managed-by.
 			&corev1.PersistentVolumeClaim{}: {Label: labels.SelectorFromSet(labels.Set{
 				"app.kubernetes.io/name": "storybus", "app.kubernetes.io/component": "bus"})},
 		},
 	}
+}
+
+// stripCachedMetadata drops from an object before it is cached what the
+// operator never reads: its managed fields, and, on the kinds users write
+// (the operator writes them only by patches computed from the cached
+// copy, which leave the annotation alone), the copy kubectl apply keeps.
+// Secrets keep theirs: it says a user applied a generated Secret.
+func stripCachedMetadata(in any) (any, error) {
+	o, ok := in.(metav1.Object)
+	if !ok {
+		return in, nil
+	}
+	o.SetManagedFields(nil)
+	switch in.(type) {
+	case *v1alpha1.Tenant, *v1alpha1.Connection, *v1alpha1.Grant, *v1alpha1.OwnershipPolicy:
+		if a := o.GetAnnotations(); a[lastAppliedAnnotation] != "" {
+			a = maps.Clone(a)
+			delete(a, lastAppliedAnnotation)
+			o.SetAnnotations(a)
+		}
+	}
+	return in, nil
 }
 
 // namespaceConfigs are cache.Options.DefaultNamespaces for namespaces: nil,
@@ -128,7 +173,9 @@ func namespaceConfigs(namespaces []string) map[string]cache.Config {
 	return m
 }
 
-// Setup registers the field indexes and the four reconcilers with mgr.
+// Setup registers the field indexes and the reconcilers with mgr: the
+// Tenant's three (configuration, workload, readiness), the Connection's,
+// and the reference checks of Grants and OwnershipPolicies.
 func Setup(mgr ctrl.Manager, o Options) error {
 	o = o.withDefaults()
 	if err := addIndexes(context.Background(), mgr.GetFieldIndexer()); err != nil {
@@ -142,16 +189,23 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	if err != nil {
 		return err
 	}
-	if err := (&TenantReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Secrets: secrets, Recorder: rec, Cache: mgr.GetCache(), Options: o}).SetupWithManager(mgr); err != nil {
-		return fmt.Errorf("tenant controller: %w", err)
+	w := objectWriter{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader()}
+	if err := (&TenantConfigurationReconciler{objectWriter: w, Secrets: secrets, Recorder: rec}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("tenant configuration controller: %w", err)
+	}
+	if err := (&TenantWorkloadReconciler{objectWriter: w, Secrets: secrets, Recorder: rec, Cache: mgr.GetCache(), Options: o}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("tenant workload controller: %w", err)
+	}
+	if err := (&TenantReadinessReconciler{Client: mgr.GetClient(), Recorder: rec, Options: o}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("tenant readiness controller: %w", err)
 	}
 	if err := (&ConnectionReconciler{Client: mgr.GetClient(), Secrets: secrets, Recorder: rec, Options: o}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("connection controller: %w", err)
 	}
-	if err := (&GrantReconciler{Client: mgr.GetClient(), Recorder: rec}).SetupWithManager(mgr); err != nil {
+	if err := grantReferences(mgr.GetClient(), rec).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("grant controller: %w", err)
 	}
-	if err := (&OwnershipPolicyReconciler{Client: mgr.GetClient(), Recorder: rec}).SetupWithManager(mgr); err != nil {
+	if err := ownershipPolicyReferences(mgr.GetClient(), rec).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("ownershippolicy controller: %w", err)
 	}
 	return nil

@@ -1,12 +1,9 @@
 package controllers
 
 import (
-	"cmp"
 	"context"
 	"fmt"
-	"slices"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -89,26 +86,10 @@ func changedConditions(before, after []metav1.Condition) []metav1.Condition {
 }
 
 // patchStatus records an Event for every condition that changed since
-// before, one per reason (Ready repeats the reason of the condition that
-// decides it, and says nothing more), and patches obj's status when it
+// before (recordConditionEvents), and patches obj's status when it
 // changed. A gone object is not an error.
 func patchStatus[T statusObject](ctx context.Context, c client.Client, rec events.EventRecorder, obj, before T) error {
-	changed := changedConditions(before.GetConditions(), obj.GetConditions())
-	slices.SortStableFunc(changed, func(a, b metav1.Condition) int {
-		return cmp.Compare(boolInt(a.Type == v1alpha1.ConditionReady), boolInt(b.Type == v1alpha1.ConditionReady))
-	})
-	evented := map[string]bool{}
-	for _, ch := range changed {
-		if evented[ch.Reason] {
-			continue
-		}
-		evented[ch.Reason] = true
-		typ := corev1.EventTypeNormal
-		if ch.Status != metav1.ConditionTrue {
-			typ = corev1.EventTypeWarning
-		}
-		rec.Eventf(obj, nil, typ, ch.Reason, "Reconcile", "%s=%s: %s", ch.Type, ch.Status, ch.Message)
-	}
+	recordConditionEvents(rec, obj, changedConditions(before.GetConditions(), obj.GetConditions()), obj.GetConditions())
 	patch := client.MergeFrom(before)
 	data, err := patch.Data(obj)
 	if err != nil {

@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"strconv"
@@ -8,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
@@ -40,23 +42,53 @@ func checkConds(t *testing.T, got []metav1.Condition, gen int64, want []wantCond
 	}
 }
 
+// tenantCase is a Tenant as the readiness controller finds it: what the
+// configuration controller decided (configHash, ConfigurationValid), and
+// what the bus's StatefulSet and pods say.
+type tenantCase struct {
+	desired, ready int32
+	// valid is ConfigurationValid: nil when the configuration controller
+	// has not judged the Tenant.
+	valid *metav1.Condition
+	// configHash is the configuration in the ConfigMap.
+	configHash string
+	// workload is an Available condition the workload controller holds.
+	workload *metav1.Condition
+	loads    []podLoad
+	problems []string
+}
+
+// tenantFor builds the Tenant of c at generation 4.
+func tenantFor(c tenantCase) (*v1alpha1.Tenant, *readiness) {
+	tn := &v1alpha1.Tenant{}
+	tn.Generation = 4
+	tn.Spec.Replicas = &c.desired
+	tn.Status.ConfigHash = c.configHash
+	if c.valid != nil {
+		setCondition(tn, *c.valid)
+	}
+	if c.workload != nil {
+		setCondition(tn, *c.workload)
+	}
+	o := &readiness{loads: c.loads, problems: c.problems, sts: &appsv1.StatefulSet{}}
+	o.sts.Status.ReadyReplicas = c.ready
+	return tn, o
+}
+
 func TestTenantStatus(t *testing.T) {
 	const (
 		T = metav1.ConditionTrue
 		F = metav1.ConditionFalse
-		U = metav1.ConditionUnknown
 	)
+	compiled := &metav1.Condition{Type: v1alpha1.ConditionConfigurationValid, Status: T, Reason: v1alpha1.ReasonCompiled, Message: "ok"}
+	invalid := &metav1.Condition{Type: v1alpha1.ConditionConfigurationValid, Status: F, Reason: v1alpha1.ReasonInvalidConfiguration, Message: "bad pattern"}
 	tests := []struct {
 		name string
-		obs  tenantObservation
+		c    tenantCase
 		want []wantCond
 	}{{
-		name: "nothing observed yet",
-		obs:  tenantObservation{desired: 1},
-		want: []wantCond{{v1alpha1.ConditionReady, U, v1alpha1.ReasonReconciling}},
-	}, {
 		name: "compiled, no replica ready",
-		obs:  tenantObservation{desired: 1, compiled: true, stsObserved: true, hasConfig: true, inForceHash: "sha256:a", podsObserved: true},
+		c:    tenantCase{desired: 1, valid: compiled, configHash: "sha256:a"},
 		want: []wantCond{
 			{v1alpha1.ConditionConfigurationValid, T, v1alpha1.ReasonCompiled},
 			{v1alpha1.ConditionAvailable, F, v1alpha1.ReasonReplicasNotReady},
@@ -65,7 +97,7 @@ func TestTenantStatus(t *testing.T) {
 		},
 	}, {
 		name: "never a valid configuration: no bus",
-		obs:  tenantObservation{desired: 1, compiled: true, compileErr: errors.New("bad pattern"), stsObserved: true},
+		c:    tenantCase{desired: 1, valid: invalid},
 		want: []wantCond{
 			{v1alpha1.ConditionConfigurationValid, F, v1alpha1.ReasonInvalidConfiguration},
 			{v1alpha1.ConditionAvailable, F, v1alpha1.ReasonAwaitingConfiguration},
@@ -73,7 +105,7 @@ func TestTenantStatus(t *testing.T) {
 		},
 	}, {
 		name: "compiled, some replicas ready",
-		obs:  tenantObservation{desired: 3, ready: 2, compiled: true, stsObserved: true, hasConfig: true, inForceHash: "sha256:a", podsObserved: true, loads: loaded("sha256:a", 2)},
+		c:    tenantCase{desired: 3, ready: 2, valid: compiled, configHash: "sha256:a", loads: loaded("sha256:a", 2)},
 		want: []wantCond{
 			{v1alpha1.ConditionConfigurationValid, T, v1alpha1.ReasonCompiled},
 			{v1alpha1.ConditionAvailable, F, v1alpha1.ReasonReplicasNotReady},
@@ -82,7 +114,7 @@ func TestTenantStatus(t *testing.T) {
 		},
 	}, {
 		name: "compiled, every replica ready and serving it",
-		obs:  tenantObservation{desired: 3, ready: 3, compiled: true, stsObserved: true, hasConfig: true, inForceHash: "sha256:a", podsObserved: true, loads: loaded("sha256:a", 3)},
+		c:    tenantCase{desired: 3, ready: 3, valid: compiled, configHash: "sha256:a", loads: loaded("sha256:a", 3)},
 		want: []wantCond{
 			{v1alpha1.ConditionConfigurationValid, T, v1alpha1.ReasonCompiled},
 			{v1alpha1.ConditionAvailable, T, v1alpha1.ReasonReplicasReady},
@@ -91,7 +123,7 @@ func TestTenantStatus(t *testing.T) {
 		},
 	}, {
 		name: "every replica ready, one serving an older configuration",
-		obs: tenantObservation{desired: 2, ready: 2, compiled: true, stsObserved: true, hasConfig: true, inForceHash: "sha256:a", podsObserved: true,
+		c: tenantCase{desired: 2, ready: 2, valid: compiled, configHash: "sha256:a",
 			loads: []podLoad{{pod: "x-0", hash: "sha256:a"}, {pod: "x-1", hash: "sha256:old"}}},
 		want: []wantCond{
 			{v1alpha1.ConditionConfigurationValid, T, v1alpha1.ReasonCompiled},
@@ -101,7 +133,7 @@ func TestTenantStatus(t *testing.T) {
 		},
 	}, {
 		name: "every replica ready, one that cannot be asked",
-		obs: tenantObservation{desired: 1, ready: 1, compiled: true, stsObserved: true, hasConfig: true, inForceHash: "sha256:a", podsObserved: true,
+		c: tenantCase{desired: 1, ready: 1, valid: compiled, configHash: "sha256:a",
 			loads: []podLoad{{pod: "x-0", err: errors.New("connection refused")}}},
 		want: []wantCond{
 			{v1alpha1.ConditionConfigurationValid, T, v1alpha1.ReasonCompiled},
@@ -111,7 +143,7 @@ func TestTenantStatus(t *testing.T) {
 		},
 	}, {
 		name: "scaled to zero is never Ready",
-		obs:  tenantObservation{desired: 0, ready: 0, compiled: true, stsObserved: true, hasConfig: true, inForceHash: "sha256:a", podsObserved: true},
+		c:    tenantCase{desired: 0, valid: compiled, configHash: "sha256:a"},
 		want: []wantCond{
 			{v1alpha1.ConditionConfigurationValid, T, v1alpha1.ReasonCompiled},
 			{v1alpha1.ConditionAvailable, F, v1alpha1.ReasonScaledToZero},
@@ -120,8 +152,7 @@ func TestTenantStatus(t *testing.T) {
 		},
 	}, {
 		name: "invalid configuration wins over serving replicas",
-		obs: tenantObservation{desired: 1, ready: 1, compiled: true, compileErr: errors.New("bad pattern"), stsObserved: true,
-			hasConfig: true, hadConfig: true, inForceHash: "sha256:a", podsObserved: true, loads: loaded("sha256:a", 1)},
+		c:    tenantCase{desired: 1, ready: 1, valid: invalid, configHash: "sha256:a", loads: loaded("sha256:a", 1)},
 		want: []wantCond{
 			{v1alpha1.ConditionConfigurationValid, F, v1alpha1.ReasonInvalidConfiguration},
 			{v1alpha1.ConditionAvailable, T, v1alpha1.ReasonReplicasReady},
@@ -129,20 +160,20 @@ func TestTenantStatus(t *testing.T) {
 			{v1alpha1.ConditionReady, F, v1alpha1.ReasonInvalidConfiguration},
 		},
 	}, {
-		name: "name conflict",
-		obs:  tenantObservation{desired: 1, compiled: true, conflict: errors.New("ConfigMap x exists")},
+		name: "name conflict: the workload controller's Available stays",
+		c: tenantCase{desired: 1, valid: compiled, configHash: "sha256:a",
+			workload: &metav1.Condition{Type: v1alpha1.ConditionAvailable, Status: F, Reason: v1alpha1.ReasonNameConflict, Message: "Service x exists"}},
 		want: []wantCond{
 			{v1alpha1.ConditionConfigurationValid, T, v1alpha1.ReasonCompiled},
 			{v1alpha1.ConditionAvailable, F, v1alpha1.ReasonNameConflict},
+			{v1alpha1.ConditionConfigurationLoaded, F, v1alpha1.ReasonConfigurationNotLoaded},
 			{v1alpha1.ConditionReady, F, v1alpha1.ReasonNameConflict},
 		},
 	}}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			tn := &v1alpha1.Tenant{}
-			tn.Generation = 4
-			tc.obs.generation = 4
-			applyTenantStatus(tn, tc.obs)
+			tn, o := tenantFor(tc.c)
+			setReadiness(tn, o, "cluster.local")
 			checkConds(t, tn.Status.Conditions, 4, tc.want)
 			if tn.Status.ObservedGeneration != 4 {
 				t.Errorf("observedGeneration %d", tn.Status.ObservedGeneration)
@@ -151,17 +182,47 @@ func TestTenantStatus(t *testing.T) {
 	}
 }
 
+// TestTenantReadyWaitsForEveryPart proves Ready is not True while a
+// condition it summarises describes an older generation than the Tenant's,
+// and that the readiness controller does not judge a generation the
+// configuration controller has not.
+func TestTenantReadyWaitsForEveryPart(t *testing.T) {
+	tn, o := tenantFor(tenantCase{desired: 1, ready: 1, configHash: "sha256:a", loads: loaded("sha256:a", 1),
+		valid: &metav1.Condition{Type: v1alpha1.ConditionConfigurationValid, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonCompiled, Message: "ok"}})
+	if !configurationDecided(tn) {
+		t.Fatal("a judged generation is not decided")
+	}
+	tn.Generation = 5
+	if configurationDecided(tn) {
+		t.Error("a generation the configuration controller has not judged is decided")
+	}
+	setReadiness(tn, o, "cluster.local")
+	if c := findCondition(tn.Status.Conditions, v1alpha1.ConditionReady); c.Status != metav1.ConditionUnknown || c.Reason != v1alpha1.ReasonReconciling {
+		t.Errorf("Ready %+v with ConfigurationValid of an older generation", c)
+	}
+}
+
 // TestTenantStatusKeepsWhatWasNotObserved proves a reconcile that stopped
-// early (an API error) leaves the conditions it did not observe as they
-// were, transition times included.
+// early (an API error) leaves the conditions it did not decide as they
+// were, transition times included, and writes nothing.
 func TestTenantStatusKeepsWhatWasNotObserved(t *testing.T) {
 	tn := &v1alpha1.Tenant{}
-	applyTenantStatus(tn, tenantObservation{generation: 1, desired: 1, ready: 1, compiled: true, stsObserved: true, hasConfig: true})
-	before := *findCondition(tn.Status.Conditions, v1alpha1.ConditionAvailable)
-	applyTenantStatus(tn, tenantObservation{generation: 2, desired: 1, compiled: true})
-	after := findCondition(tn.Status.Conditions, v1alpha1.ConditionAvailable)
-	if after.Status != metav1.ConditionTrue || !after.LastTransitionTime.Equal(&before.LastTransitionTime) || tn.Status.ReadyReplicas != 1 {
-		t.Errorf("available %+v, readyReplicas %d", after, tn.Status.ReadyReplicas)
+	tn.Generation = 1
+	s := &configurationScope{tenant: tn, hasConfigMap: true, configHash: "sha256:a", connections: 2}
+	s.setStatus()
+	before := tn.DeepCopy()
+	tn.Generation = 2
+	(&configurationScope{tenant: tn}).setStatus()
+	after := findCondition(tn.Status.Conditions, v1alpha1.ConditionConfigurationValid)
+	was := findCondition(before.Status.Conditions, v1alpha1.ConditionConfigurationValid)
+	if after.Status != metav1.ConditionTrue || after.ObservedGeneration != 1 || !after.LastTransitionTime.Equal(&was.LastTransitionTime) ||
+		tn.Status.ConfigHash != "sha256:a" || tn.Status.Connections != 2 || tn.Status.ConfigGeneration != 1 {
+		t.Errorf("ConfigurationValid %+v, status %+v", after, tn.Status)
+	}
+	// The write compares with the Tenant as read: nothing of the part
+	// changed, so nothing is sent (the client would fail the test).
+	if err := configurationStatus.write(context.Background(), nil, nil, tn, before); err != nil {
+		t.Errorf("write of an unchanged part: %v", err)
 	}
 }
 
@@ -178,17 +239,19 @@ func loaded(hash string, n int) []podLoad {
 // configuration is kept only when there was one.
 func TestTenantInvalidConfigurationMessage(t *testing.T) {
 	for _, tc := range []struct {
-		obs  tenantObservation
-		want string
+		hadConfig string
+		want      string
 	}{
-		{tenantObservation{compiled: true, compileErr: errors.New("policies[0] x: rego_parse_error")},
-			"policies[0] x: rego_parse_error; there has been no valid configuration, so no bus runs"},
-		{tenantObservation{compiled: true, compileErr: errors.New("policies[0] x: rego_parse_error"), hadConfig: true, hasConfig: true, inForceHash: "sha256:a"},
-			"policies[0] x: rego_parse_error; the ConfigMap keeps the last valid configuration sha256:a"},
+		{"", "policies[0] x: rego_parse_error; there has been no valid configuration, so no bus runs"},
+		{"sha256:a", "policies[0] x: rego_parse_error; the ConfigMap keeps the last valid configuration sha256:a"},
 	} {
-		c := findCondition(tenantConditions(tc.obs), v1alpha1.ConditionConfigurationValid)
-		if c == nil || c.Message != tc.want {
-			t.Errorf("got %+v, want message %q", c, tc.want)
+		tn := &v1alpha1.Tenant{}
+		tn.Status.ConfigHash = tc.hadConfig
+		s := &configurationScope{tenant: tn, compileErr: errors.New("policies[0] x: rego_parse_error")}
+		s.setStatus()
+		c := findCondition(tn.Status.Conditions, v1alpha1.ConditionConfigurationValid)
+		if c == nil || c.Message != tc.want || tn.Status.ConfigHash != tc.hadConfig {
+			t.Errorf("got %+v (configHash %q), want message %q", c, tn.Status.ConfigHash, tc.want)
 		}
 	}
 }
@@ -251,14 +314,14 @@ func TestConnectionStatus(t *testing.T) {
 
 func TestGrantAndPolicyStatus(t *testing.T) {
 	g := &v1alpha1.Grant{ObjectMeta: metav1.ObjectMeta{Name: "g", Generation: 1}}
-	setConditions(g, 1, grantConditions(refsObservation{checked: true, reason: v1alpha1.ReasonConnectionNotFound}, nil, g), v1alpha1.ConditionResolvedRefs, v1alpha1.ConditionInForce)
+	setConditions(g, 1, referenceConditions("Grant", refsObservation{checked: true, reason: v1alpha1.ReasonConnectionNotFound}, nil, false, nil, g), v1alpha1.ConditionResolvedRefs, v1alpha1.ConditionInForce)
 	checkConds(t, g.Status.Conditions, 1, []wantCond{
 		{v1alpha1.ConditionResolvedRefs, metav1.ConditionFalse, v1alpha1.ReasonConnectionNotFound},
 		{v1alpha1.ConditionInForce, metav1.ConditionFalse, v1alpha1.ReasonConnectionNotFound},
 		{v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonConnectionNotFound},
 	})
 	serving := servingTenant(v1alpha1.CompiledObject{Kind: "Grant", Name: "g", Generation: 1})
-	setConditions(g, 1, grantConditions(refsObservation{checked: true}, serving, g), v1alpha1.ConditionResolvedRefs, v1alpha1.ConditionInForce)
+	setConditions(g, 1, referenceConditions("Grant", refsObservation{checked: true}, nil, false, serving, g), v1alpha1.ConditionResolvedRefs, v1alpha1.ConditionInForce)
 	checkConds(t, g.Status.Conditions, 1, []wantCond{
 		{v1alpha1.ConditionResolvedRefs, metav1.ConditionTrue, v1alpha1.ReasonResolved},
 		{v1alpha1.ConditionInForce, metav1.ConditionTrue, v1alpha1.ReasonConfigurationLoaded},
@@ -268,7 +331,7 @@ func TestGrantAndPolicyStatus(t *testing.T) {
 	p := &v1alpha1.OwnershipPolicy{ObjectMeta: metav1.ObjectMeta{Name: "p", Generation: 1}}
 	frozen := servingTenant()
 	frozen.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionConfigurationValid, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonInvalidConfiguration, Message: "owners[0]: bad"}}
-	setConditions(p, 1, ownershipPolicyConditions(refsObservation{checked: true}, errors.New("owners[0]: bad"), frozen, p),
+	setConditions(p, 1, referenceConditions("OwnershipPolicy", refsObservation{checked: true}, errors.New("owners[0]: bad"), true, frozen, p),
 		v1alpha1.ConditionAccepted, v1alpha1.ConditionResolvedRefs, v1alpha1.ConditionInForce)
 	checkConds(t, p.Status.Conditions, 1, []wantCond{
 		{v1alpha1.ConditionAccepted, metav1.ConditionFalse, v1alpha1.ReasonInvalidSpec},

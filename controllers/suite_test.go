@@ -118,6 +118,7 @@ func runSuite(m *testing.M) int {
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 scheme,
+		Logger:                 LogSpecErrorsAsInfo(ctrl.Log),
 		Cache:                  CacheOptions(),
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
@@ -192,11 +193,21 @@ func get(ns, name string, obj client.Object) error {
 	return k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, obj)
 }
 
-// mustGet reads an object that must exist.
+// mustGet reads an object that must exist, waiting for it: the Tenant's
+// controllers each make their part (its bus's objects, its status) on
+// their own, so one may be Ready=False while another still writes.
 func mustGet(t *testing.T, ns, name string, obj client.Object) {
 	t.Helper()
-	if err := get(ns, name, obj); err != nil {
-		t.Fatalf("get %T %s: %v", obj, name, err)
+	deadline := time.Now().Add(waitFor)
+	for {
+		err := get(ns, name, obj)
+		if err == nil {
+			return
+		}
+		if !apierrors.IsNotFound(err) || time.Now().After(deadline) {
+			t.Fatalf("get %T %s: %v", obj, name, err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 

@@ -303,8 +303,10 @@ func TestTenantDeletion(t *testing.T) {
 			create(t, newTenant(ns, "gone", func(tn *v1alpha1.Tenant) { tn.Spec.DeletionPolicy = policy }))
 			tn := &v1alpha1.Tenant{}
 			waitCondition(t, ns, "gone", tn, tenantGen, v1alpha1.ConditionConfigurationValid, metav1.ConditionTrue, v1alpha1.ReasonCompiled)
+			// The workload controller makes the bus once the configuration
+			// controller has compiled it.
 			sts := &appsv1.StatefulSet{}
-			mustGet(t, ns, "gone-bus", sts)
+			eventually(t, "the bus", func() error { return get(ns, "gone-bus", sts) })
 			wantRetention := appsv1.RetainPersistentVolumeClaimRetentionPolicyType
 			if policy == v1alpha1.DeletionPolicyDelete {
 				wantRetention = appsv1.DeletePersistentVolumeClaimRetentionPolicyType

@@ -32,7 +32,7 @@ const busStopPoll = 2 * time.Second
 // bucket on the cluster, with the Tenant's NATS credentials. A workspace
 // that another Tenant serves on that cluster is left alone. It returns
 // how long to wait before trying again, or 0 when done.
-func (r *TenantReconciler) deleteExternalData(ctx context.Context, t *v1alpha1.Tenant) (time.Duration, error) {
+func (r *TenantWorkloadReconciler) deleteExternalData(ctx context.Context, t *v1alpha1.Tenant) (time.Duration, error) {
 	ext := t.Spec.Storage.External
 	ws := t.EffectiveWorkspaceID()
 	others, err := r.rivals(ctx, t)
@@ -77,7 +77,7 @@ func (r *TenantReconciler) deleteExternalData(ctx context.Context, t *v1alpha1.T
 
 // dataDeletionFailed records why the data could not be deleted, and how to
 // let the Tenant go without it, and returns err.
-func (r *TenantReconciler) dataDeletionFailed(t *v1alpha1.Tenant, err error) error {
+func (r *TenantWorkloadReconciler) dataDeletionFailed(t *v1alpha1.Tenant, err error) error {
 	r.Recorder.Eventf(t, nil, corev1.EventTypeWarning, "DataDeletionFailed", "Delete",
 		"deletionPolicy delete: %v; retrying (set spec.deletionPolicy to retain to delete the Tenant and keep the data)", err)
 	return fmt.Errorf("delete the workspace's data: %w", err)

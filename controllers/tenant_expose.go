@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	networkingv1ac "k8s.io/client-go/applyconfigurations/networking/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 	gatewayv1ac "sigs.k8s.io/gateway-api/applyconfiguration/apis/v1"
@@ -63,31 +64,31 @@ type exposeObservation struct {
 // reconcileExpose writes the HTTPRoute or Ingress spec.expose asks for and
 // deletes the one of the other kind (or both, without spec.expose) that the
 // Tenant controls. Both are named like the bus.
-func (r *TenantReconciler) reconcileExpose(ctx context.Context, s *tenantScope) error {
+func (r *TenantWorkloadReconciler) reconcileExpose(ctx context.Context, s *workloadScope) (ctrl.Result, error) {
 	t := s.tenant
 	ex := t.Spec.Expose
 	wantRoute := ex != nil && ex.Gateway != nil
 	wantIngress := ex != nil && ex.Ingress != nil
 	if r.gatewayAPI && !wantRoute {
 		if err := r.deleteControlled(ctx, t, &gatewayv1.HTTPRoute{}); err != nil {
-			return err
+			return ctrl.Result{}, err
 		}
 	}
 	if !wantIngress {
 		if err := r.deleteControlled(ctx, t, &networkingv1.Ingress{}); err != nil {
-			return err
+			return ctrl.Result{}, err
 		}
 	}
 	switch {
 	case wantRoute:
-		return r.reconcileHTTPRoute(ctx, s)
+		return ctrl.Result{}, r.reconcileHTTPRoute(ctx, s)
 	case wantIngress:
-		return r.reconcileIngress(ctx, s)
+		return ctrl.Result{}, r.reconcileIngress(ctx, s)
 	}
-	return nil
+	return ctrl.Result{}, nil
 }
 
-func (r *TenantReconciler) reconcileHTTPRoute(ctx context.Context, s *tenantScope) error {
+func (r *TenantWorkloadReconciler) reconcileHTTPRoute(ctx context.Context, s *workloadScope) error {
 	t := s.tenant
 	s.expose = &exposeObservation{}
 	if !r.gatewayAPI {
@@ -100,32 +101,28 @@ func (r *TenantReconciler) reconcileHTTPRoute(ctx context.Context, s *tenantScop
 	}
 	s.expose.parents = parents
 	route := &gatewayv1.HTTPRoute{}
-	if err := r.checkOwnership(ctx, s, "HTTPRoute", busName(t), route); err != nil {
+	cur, err := r.owned(ctx, s, "HTTPRoute", busName(t), route)
+	if err != nil || len(parents) == 0 {
 		return err
 	}
-	if len(parents) == 0 {
-		return nil
-	}
-	if err := r.apply(ctx, desiredHTTPRoute(t, parents), "httproute"); err != nil {
+	if _, err := r.apply(ctx, cur, desiredHTTPRoute(t, parents), "httproute"); err != nil {
 		return err
 	}
-	if route.Name != "" {
+	if cur != nil {
 		s.expose.route = route
 	}
 	return nil
 }
 
-func (r *TenantReconciler) reconcileIngress(ctx context.Context, s *tenantScope) error {
+func (r *TenantWorkloadReconciler) reconcileIngress(ctx context.Context, s *workloadScope) error {
 	t := s.tenant
 	s.expose = &exposeObservation{}
 	ing := &networkingv1.Ingress{}
-	if err := r.checkOwnership(ctx, s, "Ingress", busName(t), ing); err != nil {
+	cur, err := r.write(ctx, s, "Ingress", busName(t), ing, desiredIngress(t))
+	if err != nil {
 		return err
 	}
-	if err := r.apply(ctx, desiredIngress(t), "ingress"); err != nil {
-		return err
-	}
-	if ing.Name != "" {
+	if cur != nil {
 		s.expose.ingress = ing
 	}
 	return nil
@@ -133,7 +130,7 @@ func (r *TenantReconciler) reconcileIngress(ctx context.Context, s *tenantScope)
 
 // deleteControlled deletes the object of obj's kind named like the bus when
 // the Tenant controls it; one it does not control is left alone.
-func (r *TenantReconciler) deleteControlled(ctx context.Context, t *v1alpha1.Tenant, obj client.Object) error {
+func (r *TenantWorkloadReconciler) deleteControlled(ctx context.Context, t *v1alpha1.Tenant, obj client.Object) error {
 	err := r.Get(ctx, types.NamespacedName{Namespace: t.Namespace, Name: busName(t)}, obj)
 	switch {
 	case apierrors.IsNotFound(err):
@@ -333,7 +330,5 @@ func applyExposeStatus(t *v1alpha1.Tenant, o *exposeObservation) {
 		return
 	}
 	t.Status.ExternalEndpoint = externalEndpoint(t)
-	c := exposedCondition(t, o)
-	c.ObservedGeneration = t.Generation
-	meta.SetStatusCondition(&t.Status.Conditions, c)
+	setCondition(t, exposedCondition(t, o))
 }

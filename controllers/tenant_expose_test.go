@@ -275,9 +275,9 @@ func TestTenantExposeWithoutGatewayAPI(t *testing.T) {
 	ns := newNamespace(t)
 	tn := newTenant(ns, "nogw", exposeGateway(sharedGateway, "bus.example.com"))
 	tn.Generation = 3
-	r := &TenantReconciler{Client: k8s, gatewayAPI: false}
-	s := &tenantScope{tenant: tn}
-	if err := r.reconcileExpose(context.Background(), s); err != nil {
+	r := &TenantWorkloadReconciler{objectWriter: objectWriter{Client: k8s, APIReader: k8s}, gatewayAPI: false}
+	s := &workloadScope{tenant: tn}
+	if _, err := r.reconcileExpose(context.Background(), s); err != nil {
 		t.Fatalf("expose phase: %v", err)
 	}
 	applyExposeStatus(tn, s.expose)

@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/storybus/storybus/api/v1alpha1"
@@ -45,7 +46,7 @@ type MonitoringOptions struct {
 
 // reconcilePodMonitor writes or removes the Tenant's PodMonitor and
 // records the Monitored condition.
-func (r *TenantReconciler) reconcilePodMonitor(ctx context.Context, s *tenantScope) error {
+func (r *TenantWorkloadReconciler) reconcilePodMonitor(ctx context.Context, s *workloadScope) (ctrl.Result, error) {
 	t := s.tenant
 	want := t.PodMonitorEnabled(r.Monitoring.PodMonitor)
 	_, err := r.RESTMapper().RESTMapping(podMonitorGVK.GroupKind(), podMonitorGVK.Version)
@@ -53,39 +54,29 @@ func (r *TenantReconciler) reconcilePodMonitor(ctx context.Context, s *tenantSco
 	case meta.IsNoMatchError(err):
 		if !want {
 			meta.RemoveStatusCondition(&t.Status.Conditions, v1alpha1.ConditionMonitored)
-			return nil
+			return ctrl.Result{}, nil
 		}
-		if s.requeueAfter == 0 || crdRecheck < s.requeueAfter {
-			s.requeueAfter = crdRecheck
-		}
-		c := cond(v1alpha1.ConditionMonitored, metav1.ConditionFalse, v1alpha1.ReasonPrometheusOperatorNotInstalled,
-			"a PodMonitor is wanted, and the Prometheus Operator's CustomResourceDefinitions (podmonitors.monitoring.coreos.com/v1) are not installed")
-		c.ObservedGeneration = t.Generation
-		meta.SetStatusCondition(&t.Status.Conditions, c)
-		return nil
+		setCondition(t, cond(v1alpha1.ConditionMonitored, metav1.ConditionFalse, v1alpha1.ReasonPrometheusOperatorNotInstalled,
+			"a PodMonitor is wanted, and the Prometheus Operator's CustomResourceDefinitions (podmonitors.monitoring.coreos.com/v1) are not installed"))
+		return requeueAfter(crdRecheck), nil
 	case err != nil:
-		return fmt.Errorf("look up podmonitors.monitoring.coreos.com: %w", err)
+		return ctrl.Result{}, fmt.Errorf("look up podmonitors.monitoring.coreos.com: %w", err)
 	}
 	if err := r.watchControlled(ctx, &r.podMonitorWatch, podMonitorGVK); err != nil {
-		return fmt.Errorf("watch podmonitors: %w", err)
+		return ctrl.Result{}, fmt.Errorf("watch podmonitors: %w", err)
 	}
 	cur := &unstructured.Unstructured{}
 	cur.SetGroupVersionKind(podMonitorGVK)
 	if !want {
 		meta.RemoveStatusCondition(&t.Status.Conditions, v1alpha1.ConditionMonitored)
-		return r.deleteControlled(ctx, t, cur)
+		return ctrl.Result{}, r.deleteControlled(ctx, t, cur)
 	}
-	if err := r.checkOwnership(ctx, s, "PodMonitor", busName(t), cur); err != nil {
-		return err
+	if _, err := r.write(ctx, s, "PodMonitor", busName(t), cur, client.ApplyConfigurationFromUnstructured(desiredPodMonitor(t, r.Monitoring))); err != nil {
+		return ctrl.Result{}, err
 	}
-	if err := r.apply(ctx, client.ApplyConfigurationFromUnstructured(desiredPodMonitor(t, r.Monitoring)), "podmonitor"); err != nil {
-		return err
-	}
-	c := cond(v1alpha1.ConditionMonitored, metav1.ConditionTrue, v1alpha1.ReasonPodMonitorWritten,
-		"PodMonitor %s scrapes the bus pods' /metrics", busName(t))
-	c.ObservedGeneration = t.Generation
-	meta.SetStatusCondition(&t.Status.Conditions, c)
-	return nil
+	setCondition(t, cond(v1alpha1.ConditionMonitored, metav1.ConditionTrue, v1alpha1.ReasonPodMonitorWritten,
+		"PodMonitor %s scrapes the bus pods' /metrics", busName(t)))
+	return ctrl.Result{}, nil
 }
 
 // desiredPodMonitor scrapes /metrics on the operations port of the

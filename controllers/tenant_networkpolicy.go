@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 	networkingv1ac "k8s.io/client-go/applyconfigurations/networking/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/storybus/storybus/api/v1alpha1"
 )
@@ -56,16 +57,14 @@ const defaultNATSPort = 4222
 // one it controls when the Tenant no longer wants it. A NetworkPolicy of
 // that name the Tenant does not control is a conflict only when the Tenant
 // wants its own.
-func (r *TenantReconciler) reconcileNetworkPolicy(ctx context.Context, s *tenantScope) error {
+func (r *TenantWorkloadReconciler) reconcileNetworkPolicy(ctx context.Context, s *workloadScope) (ctrl.Result, error) {
 	t := s.tenant
 	np := &networkingv1.NetworkPolicy{}
 	if t.NetworkPolicyEnabled(r.NetworkPolicy.Enabled) {
-		if err := r.checkOwnership(ctx, s, "NetworkPolicy", busName(t), np); err != nil {
-			return err
-		}
-		return r.apply(ctx, desiredNetworkPolicy(t, r.NetworkPolicy), "networkpolicy")
+		_, err := r.write(ctx, s, "NetworkPolicy", busName(t), np, desiredNetworkPolicy(t, r.NetworkPolicy))
+		return ctrl.Result{}, err
 	}
-	return r.deleteControlled(ctx, t, np)
+	return ctrl.Result{}, r.deleteControlled(ctx, t, np)
 }
 
 // desiredNetworkPolicy lets into the bus pods only the publish port from

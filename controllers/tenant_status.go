@@ -1,154 +1,218 @@
 package controllers
 
 import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"strconv"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/tools/events"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/storybus/storybus/api/v1alpha1"
 )
 
-// tenantObservation is what one reconcile of a Tenant saw.
-type tenantObservation struct {
-	generation  int64
-	workspaceID string
-	endpoint    string
-	desired     int32
-	// compiled is true when the compile phase ran; compileErr is its
-	// failure. configHash and connections describe its result.
-	compiled    bool
-	compileErr  error
-	configHash  string
-	connections int
-	conflict    error
-	// workspaceConflict is an older Tenant on the workspace id.
-	workspaceConflict error
-	// hasConfig is true when a valid configuration is in the ConfigMap
-	// (hadConfig: one was before this reconcile); inForceHash is its hash.
-	hasConfig    bool
-	hadConfig    bool
-	inForceHash  string
-	compiledFrom []v1alpha1.CompiledObject
-	// stsObserved is true when the StatefulSet phase ran; ready is its
-	// number of ready replicas.
-	stsObserved bool
-	ready       int32
-	// podsObserved is true when the pods phase ran: loads is what the
-	// ready pods serve, problems why the others are not ready.
-	podsObserved bool
-	loads        []podLoad
-	problems     []string
+// A Tenant's status is written by its three controllers, each owning a
+// part of it by server-side apply under a field manager of its own: the
+// parts never overwrite each other, and none needs the others' writes to
+// be seen first. A controller writes its part only when it changed.
+//
+// Available is the readiness controller's, except while the workload
+// controller finds the bus's name taken (NameConflict) or its workspace
+// held by another Tenant (WorkspaceConflict): the condition is then the
+// workload controller's until the conflict is gone, and the readiness
+// controller leaves it as it is.
+
+// tenantStatusPart is the part of a Tenant's status one controller owns.
+type tenantStatusPart struct {
+	// manager is the field manager of the part's writes.
+	manager string
+	// owns reports whether a condition is the part's.
+	owns func(metav1.Condition) bool
+	// fields are the status fields of the part, by their JSON names.
+	fields []string
+	// yieldsTo is a manager whose fields the part never takes by force:
+	// a write that would is refused (errYielded), and the next reconcile
+	// reads what that manager wrote. Fields of any other manager (those
+	// an older operator wrote) are taken over.
+	yieldsTo string
 }
 
-func observeTenant(s *tenantScope, clusterDomain string) tenantObservation {
-	t := s.tenant
-	o := tenantObservation{
-		generation:        t.Generation,
-		workspaceID:       t.EffectiveWorkspaceID(),
-		endpoint:          endpoint(t, clusterDomain),
-		desired:           t.EffectiveReplicas(),
-		compiled:          s.configYAML != nil || s.compileErr != nil,
-		compileErr:        s.compileErr,
-		configHash:        s.configHash,
-		connections:       s.connections,
-		conflict:          s.conflict,
-		stsObserved:       s.sts != nil,
-		workspaceConflict: s.workspaceConflict,
-		hasConfig:         s.hasConfigMap,
-		hadConfig:         t.Status.ConfigHash != "",
-		inForceHash:       s.inForceHash(),
-		compiledFrom:      s.compiledFrom,
-		podsObserved:      s.podsObserved,
-		loads:             s.loads,
-		problems:          s.problems,
+// errYielded is a status write refused because another controller owns a
+// field it would change: that controller's write is on its way to the
+// cache, and the reconcile is to be repeated with it.
+var errYielded = errors.New("status part owned by another controller")
+
+var (
+	configurationStatus = tenantStatusPart{
+		manager: FieldManager + "-configuration",
+		owns:    ofTypes(v1alpha1.ConditionConfigurationValid),
+		fields:  []string{"configHash", "configGeneration", "connections", "compiled"},
 	}
-	if s.sts != nil {
-		o.ready = s.sts.Status.ReadyReplicas
+	workloadStatus = tenantStatusPart{
+		manager: FieldManager + "-workload",
+		owns: func(c metav1.Condition) bool {
+			return ofTypes(v1alpha1.ConditionCertificateReady, v1alpha1.ConditionVolumeExpansion, v1alpha1.ConditionExposed, v1alpha1.ConditionMonitored)(c) ||
+				c.Type == v1alpha1.ConditionAvailable && isConflict(c)
+		},
+		fields: []string{"externalEndpoint"},
 	}
-	return o
+	readinessStatus = tenantStatusPart{
+		manager: FieldManager + "-readiness",
+		owns: func(c metav1.Condition) bool {
+			return ofTypes(v1alpha1.ConditionConfigurationLoaded, v1alpha1.ConditionReady)(c) ||
+				c.Type == v1alpha1.ConditionAvailable && !isConflict(c)
+		},
+		fields:   []string{"observedGeneration", "workspaceID", "endpoint", "replicas", "readyReplicas", "loadedConfigHash"},
+		yieldsTo: FieldManager + "-workload",
+	}
+)
+
+// ofTypes owns the conditions of the types given.
+func ofTypes(types ...string) func(metav1.Condition) bool {
+	return func(c metav1.Condition) bool { return slices.Contains(types, c.Type) }
 }
 
-// tenantConditions returns the conditions o decides, Ready excluded. A
-// condition o says nothing about (its phase did not run) is left out, so
-// the previous one stays.
-func tenantConditions(o tenantObservation) []metav1.Condition {
-	var cs []metav1.Condition
-	if o.compiled {
-		switch {
-		case o.compileErr != nil && o.hadConfig:
-			cs = append(cs, cond(v1alpha1.ConditionConfigurationValid, metav1.ConditionFalse, v1alpha1.ReasonInvalidConfiguration,
-				"%v; the ConfigMap keeps the last valid configuration %s", o.compileErr, o.inForceHash))
-		case o.compileErr != nil:
-			cs = append(cs, cond(v1alpha1.ConditionConfigurationValid, metav1.ConditionFalse, v1alpha1.ReasonInvalidConfiguration,
-				"%v; there has been no valid configuration, so no bus runs", o.compileErr))
-		default:
-			cs = append(cs, cond(v1alpha1.ConditionConfigurationValid, metav1.ConditionTrue, v1alpha1.ReasonCompiled,
-				"configuration %s with %d connection(s)", o.configHash, o.connections))
+// isConflict reports whether c is an Available condition the workload
+// controller decides: a name or workspace in the way.
+func isConflict(c metav1.Condition) bool {
+	return c.Reason == v1alpha1.ReasonNameConflict || c.Reason == v1alpha1.ReasonWorkspaceConflict
+}
+
+// conditions returns the conditions of cs the part owns.
+func (p tenantStatusPart) conditions(cs []metav1.Condition) []metav1.Condition {
+	var out []metav1.Condition
+	for _, c := range cs {
+		if p.owns(c) {
+			out = append(out, c)
 		}
+	}
+	return out
+}
+
+// values returns the part's fields of st, by JSON name; a zero one is
+// absent, as the API omits it.
+func (p tenantStatusPart) values(st *v1alpha1.TenantStatus) (map[string]any, error) {
+	all, err := toJSONMap(st)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]any{}
+	for _, f := range p.fields {
+		if v, ok := all[f]; ok && !isZero(v) {
+			out[f] = v
+		}
+	}
+	return out, nil
+}
+
+// write applies the part of t's status that differs from before (t as
+// read), and records an Event for each of its conditions whose status or
+// reason changed. It writes nothing when the part is as it was. A gone
+// Tenant is not an error.
+func (p tenantStatusPart) write(ctx context.Context, c client.Client, rec events.EventRecorder, t, before *v1alpha1.Tenant) error {
+	now, was := p.conditions(t.Status.Conditions), p.conditions(before.Status.Conditions)
+	fields, err := p.values(&t.Status)
+	if err != nil {
+		return fmt.Errorf("status: %w", err)
+	}
+	wasFields, err := p.values(&before.Status)
+	if err != nil {
+		return fmt.Errorf("status: %w", err)
+	}
+	if equality.Semantic.DeepEqual(now, was) && reflect.DeepEqual(fields, wasFields) {
+		return nil
+	}
+	conds := make([]any, 0, len(now))
+	for _, cd := range now {
+		m, err := toJSONMap(cd)
+		if err != nil {
+			return fmt.Errorf("status: %w", err)
+		}
+		conds = append(conds, m)
+	}
+	fields["conditions"] = conds
+	u := &unstructured.Unstructured{Object: map[string]any{"status": fields}}
+	u.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("Tenant"))
+	u.SetNamespace(t.Namespace)
+	u.SetName(t.Name)
+	ac := client.ApplyConfigurationFromUnstructured(u)
+	if p.yieldsTo != "" {
+		err = c.Status().Apply(ctx, ac, client.FieldOwner(p.manager))
+		if conflictsWith(err, p.yieldsTo) {
+			return errYielded
+		}
+	}
+	if p.yieldsTo == "" || apierrors.IsConflict(err) {
+		err = c.Status().Apply(ctx, ac, client.FieldOwner(p.manager), client.ForceOwnership)
 	}
 	switch {
-	case o.workspaceConflict != nil:
-		cs = append(cs, cond(v1alpha1.ConditionAvailable, metav1.ConditionFalse, v1alpha1.ReasonWorkspaceConflict, "%v", o.workspaceConflict))
-	case o.conflict != nil:
-		cs = append(cs, cond(v1alpha1.ConditionAvailable, metav1.ConditionFalse, v1alpha1.ReasonNameConflict, "%v", o.conflict))
-	case !o.stsObserved:
-	case !o.hasConfig:
-		cs = append(cs, cond(v1alpha1.ConditionAvailable, metav1.ConditionFalse, v1alpha1.ReasonAwaitingConfiguration,
-			"the bus is created once the Tenant has a valid configuration"))
-	case o.desired == 0:
-		cs = append(cs, cond(v1alpha1.ConditionAvailable, metav1.ConditionFalse, v1alpha1.ReasonScaledToZero, "spec.replicas is 0: no bus pod serves"))
-	case o.ready >= o.desired:
-		cs = append(cs, cond(v1alpha1.ConditionAvailable, metav1.ConditionTrue, v1alpha1.ReasonReplicasReady,
-			"%d/%d bus replicas ready at %s", o.ready, o.desired, o.endpoint))
-	case len(o.problems) > 0:
-		cs = append(cs, cond(v1alpha1.ConditionAvailable, metav1.ConditionFalse, v1alpha1.ReasonReplicasNotReady,
-			"%d/%d bus replicas ready: %s", o.ready, o.desired, strings.Join(o.problems, "; ")))
-	default:
-		cs = append(cs, cond(v1alpha1.ConditionAvailable, metav1.ConditionFalse, v1alpha1.ReasonReplicasNotReady,
-			"%d/%d bus replicas ready", o.ready, o.desired))
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("apply status: %w", err)
 	}
-	if c, ok := loadedCondition(o); ok {
-		cs = append(cs, c)
-	}
-	return cs
+	recordConditionEvents(rec, t, changedConditions(was, now), t.Status.Conditions)
+	return nil
 }
 
-// loadedCondition is the ConfigurationLoaded condition; false when o does
-// not decide it (no configuration yet, or the pods were not observed).
-func loadedCondition(o tenantObservation) (metav1.Condition, bool) {
-	if !o.podsObserved || !o.hasConfig || o.inForceHash == "" {
-		return metav1.Condition{}, false
+// conflictsWith reports whether err is an apply conflict with manager.
+func conflictsWith(err error, manager string) bool {
+	if !apierrors.IsConflict(err) {
+		return false
 	}
-	if len(o.loads) == 0 {
-		return cond(v1alpha1.ConditionConfigurationLoaded, metav1.ConditionFalse, v1alpha1.ReasonConfigurationNotLoaded,
-			"no bus pod is ready to serve configuration %s", o.inForceHash), true
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) || status.Status().Details == nil {
+		return false
 	}
-	if loadedHash(o.loads) == o.inForceHash {
-		return cond(v1alpha1.ConditionConfigurationLoaded, metav1.ConditionTrue, v1alpha1.ReasonConfigurationLoaded,
-			"every ready bus pod (%d) serves configuration %s", len(o.loads), o.inForceHash), true
-	}
-	return cond(v1alpha1.ConditionConfigurationLoaded, metav1.ConditionFalse, v1alpha1.ReasonConfigurationNotLoaded,
-		"configuration %s is not loaded yet: %s", o.inForceHash, notLoaded(o.loads, o.inForceHash)), true
-}
-
-// applyTenantStatus writes the status o decides into t.
-func applyTenantStatus(t *v1alpha1.Tenant, o tenantObservation) {
-	t.Status.WorkspaceID = o.workspaceID
-	t.Status.Endpoint = o.endpoint
-	t.Status.Replicas = o.desired
-	if o.stsObserved {
-		t.Status.ReadyReplicas = o.ready
-	}
-	if o.configHash != "" {
-		if o.configHash != t.Status.ConfigHash {
-			t.Status.ConfigGeneration++
+	for _, c := range status.Status().Details.Causes {
+		if strings.Contains(c.Message, strconv.Quote(manager)) {
+			return true
 		}
-		t.Status.ConfigHash = o.configHash
-		t.Status.Connections = int32(o.connections)
-		t.Status.Compiled = o.compiledFrom
 	}
-	if o.podsObserved {
-		t.Status.LoadedConfigHash = loadedHash(o.loads)
+	return false
+}
+
+// recordConditionEvents records an Event on obj for every condition that
+// changed, one per reason. Ready repeats the reason of the condition that
+// decides it and says nothing more: it has an Event of its own only when
+// no other condition of all has its reason (Ready, Reconciling).
+func recordConditionEvents(rec events.EventRecorder, obj client.Object, changed, all []metav1.Condition) {
+	slices.SortStableFunc(changed, func(a, b metav1.Condition) int {
+		return cmp.Compare(boolInt(a.Type == v1alpha1.ConditionReady), boolInt(b.Type == v1alpha1.ConditionReady))
+	})
+	evented := map[string]bool{}
+	for _, ch := range changed {
+		if ch.Type == v1alpha1.ConditionReady && slices.ContainsFunc(all, func(c metav1.Condition) bool {
+			return c.Type != v1alpha1.ConditionReady && c.Reason == ch.Reason
+		}) {
+			continue
+		}
+		if evented[ch.Reason] {
+			continue
+		}
+		evented[ch.Reason] = true
+		typ := corev1.EventTypeNormal
+		if ch.Status != metav1.ConditionTrue {
+			typ = corev1.EventTypeWarning
+		}
+		rec.Eventf(obj, nil, typ, ch.Reason, "Reconcile", "%s=%s: %s", ch.Type, ch.Status, ch.Message)
 	}
-	setConditions(t, o.generation, tenantConditions(o), v1alpha1.ConditionConfigurationValid, v1alpha1.ConditionAvailable, v1alpha1.ConditionConfigurationLoaded)
+}
+
+// setCondition sets c on t, stamped with t's generation, keeping the
+// transition time of a condition whose status did not change.
+func setCondition(t *v1alpha1.Tenant, c metav1.Condition) {
+	c.ObservedGeneration = t.Generation
+	meta.SetStatusCondition(&t.Status.Conditions, c)
 }

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/source"
@@ -165,7 +166,7 @@ type kindWatch struct {
 // object of kind gvk whenever one changes, starting the watch through w
 // unless it started already, and waits until the watch sees every change:
 // an object deleted before that would never be written again.
-func (r *TenantReconciler) watchControlled(ctx context.Context, w *kindWatch, gvk schema.GroupVersionKind) error {
+func (r *TenantWorkloadReconciler) watchControlled(ctx context.Context, w *kindWatch, gvk schema.GroupVersionKind) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.started || r.controller == nil {
@@ -190,31 +191,29 @@ const watchSyncTimeout = 30 * time.Second
 // reconcileTLS writes the Certificate of an issuerRef Tenant and records
 // the CertificateReady condition from the Certificate's status or the
 // provided Secret's certificate.
-func (r *TenantReconciler) reconcileTLS(ctx context.Context, s *tenantScope) error {
+func (r *TenantWorkloadReconciler) reconcileTLS(ctx context.Context, s *workloadScope) (ctrl.Result, error) {
 	t := s.tenant
 	if t.Spec.TLS == nil {
 		meta.RemoveStatusCondition(&t.Status.Conditions, v1alpha1.ConditionCertificateReady)
-		return nil
+		return ctrl.Result{}, nil
 	}
 	var c metav1.Condition
+	var res ctrl.Result
+	var err error
 	if t.Spec.TLS.SecretName != "" {
-		var err error
-		if c, err = r.providedSecretCondition(ctx, s); err != nil {
-			return err
-		}
+		c, res, err = r.providedSecretCondition(ctx, s)
 	} else {
-		var err error
-		if c, err = r.certificateCondition(ctx, s); err != nil {
-			return err
-		}
+		c, res, err = r.certificateCondition(ctx, s)
 	}
-	c.ObservedGeneration = t.Generation
-	meta.SetStatusCondition(&t.Status.Conditions, c)
-	return nil
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	setCondition(t, c)
+	return res, nil
 }
 
 // providedSecretCondition judges the certificate of spec.tls.secretName.
-func (r *TenantReconciler) providedSecretCondition(ctx context.Context, s *tenantScope) (metav1.Condition, error) {
+func (r *TenantWorkloadReconciler) providedSecretCondition(ctx context.Context, s *workloadScope) (metav1.Condition, ctrl.Result, error) {
 	t := s.tenant
 	name := t.Spec.TLS.SecretName
 	sec := &corev1.Secret{}
@@ -222,35 +221,33 @@ func (r *TenantReconciler) providedSecretCondition(ctx context.Context, s *tenan
 	switch {
 	case apierrors.IsNotFound(err):
 		return cond(v1alpha1.ConditionCertificateReady, metav1.ConditionFalse, v1alpha1.ReasonTLSSecretInvalid,
-			"Secret %s of spec.tls.secretName does not exist: the bus pods wait for it", name), nil
+			"Secret %s of spec.tls.secretName does not exist: the bus pods wait for it", name), ctrl.Result{}, nil
 	case err != nil:
-		return metav1.Condition{}, fmt.Errorf("get tls secret %s: %w", name, err)
+		return metav1.Condition{}, ctrl.Result{}, fmt.Errorf("get tls secret %s: %w", name, err)
 	}
 	if len(sec.Data[corev1.TLSPrivateKeyKey]) == 0 {
 		return cond(v1alpha1.ConditionCertificateReady, metav1.ConditionFalse, v1alpha1.ReasonTLSSecretInvalid,
-			"Secret %s has no %s", name, corev1.TLSPrivateKeyKey), nil
+			"Secret %s has no %s", name, corev1.TLSPrivateKeyKey), ctrl.Result{}, nil
 	}
 	cert, err := leafCertificate(sec.Data[corev1.TLSCertKey])
 	if err != nil {
 		return cond(v1alpha1.ConditionCertificateReady, metav1.ConditionFalse, v1alpha1.ReasonTLSSecretInvalid,
-			"Secret %s: %v", name, err), nil
+			"Secret %s: %v", name, err), ctrl.Result{}, nil
 	}
-	return r.expiryCondition(s, cert.NotAfter, fmt.Sprintf("the certificate of Secret %s", name)), nil
+	c, res := r.expiryCondition(cert.NotAfter, fmt.Sprintf("the certificate of Secret %s", name))
+	return c, res, nil
 }
 
 // expiryCondition is True until notAfter, and has the Tenant looked at
 // again when it passes.
-func (r *TenantReconciler) expiryCondition(s *tenantScope, notAfter time.Time, what string) metav1.Condition {
+func (r *TenantWorkloadReconciler) expiryCondition(notAfter time.Time, what string) (metav1.Condition, ctrl.Result) {
 	left := notAfter.Sub(r.Now())
 	if left <= 0 {
 		return cond(v1alpha1.ConditionCertificateReady, metav1.ConditionFalse, v1alpha1.ReasonCertificateExpired,
-			"%s expired at %s", what, notAfter.UTC().Format(time.RFC3339))
-	}
-	if s.requeueAfter == 0 || left < s.requeueAfter {
-		s.requeueAfter = left
+			"%s expired at %s", what, notAfter.UTC().Format(time.RFC3339)), ctrl.Result{}
 	}
 	return cond(v1alpha1.ConditionCertificateReady, metav1.ConditionTrue, v1alpha1.ReasonCertificateIssued,
-		"%s is valid until %s", what, notAfter.UTC().Format(time.RFC3339))
+		"%s is valid until %s", what, notAfter.UTC().Format(time.RFC3339)), requeueAfter(left)
 }
 
 // leafCertificate parses the first certificate of a PEM chain.
@@ -268,41 +265,31 @@ func leafCertificate(chain []byte) (*x509.Certificate, error) {
 
 // certificateCondition writes the Tenant's Certificate when cert-manager is
 // installed and judges its status.
-func (r *TenantReconciler) certificateCondition(ctx context.Context, s *tenantScope) (metav1.Condition, error) {
+func (r *TenantWorkloadReconciler) certificateCondition(ctx context.Context, s *workloadScope) (metav1.Condition, ctrl.Result, error) {
 	t := s.tenant
 	if _, err := r.RESTMapper().RESTMapping(certificateGVK.GroupKind(), certificateGVK.Version); meta.IsNoMatchError(err) {
-		if s.requeueAfter == 0 || crdRecheck < s.requeueAfter {
-			s.requeueAfter = crdRecheck
-		}
 		return cond(v1alpha1.ConditionCertificateReady, metav1.ConditionFalse, v1alpha1.ReasonCertManagerNotInstalled,
-			"spec.tls.issuerRef needs cert-manager, and its CustomResourceDefinitions (certificates.cert-manager.io/v1) are not installed; install cert-manager or use spec.tls.secretName"), nil
+			"spec.tls.issuerRef needs cert-manager, and its CustomResourceDefinitions (certificates.cert-manager.io/v1) are not installed; install cert-manager or use spec.tls.secretName"), requeueAfter(crdRecheck), nil
 	} else if err != nil {
-		return metav1.Condition{}, fmt.Errorf("look up certificates.cert-manager.io: %w", err)
+		return metav1.Condition{}, ctrl.Result{}, fmt.Errorf("look up certificates.cert-manager.io: %w", err)
 	}
 	if err := r.watchControlled(ctx, &r.certWatch, certificateGVK); err != nil {
-		return metav1.Condition{}, fmt.Errorf("watch certificates: %w", err)
+		return metav1.Condition{}, ctrl.Result{}, fmt.Errorf("watch certificates: %w", err)
 	}
 	name := tlsSecretName(t)
 	cur := &unstructured.Unstructured{}
 	cur.SetGroupVersionKind(certificateGVK)
-	err := r.Get(ctx, types.NamespacedName{Namespace: t.Namespace, Name: name}, cur)
-	switch {
-	case apierrors.IsNotFound(err):
-	case err != nil:
-		return metav1.Condition{}, fmt.Errorf("get certificate %s: %w", name, err)
-	case !controlledBy(cur, t):
-		return metav1.Condition{}, s.nameConflict("Certificate", name)
+	if _, err := r.write(ctx, s, "Certificate", name, cur, client.ApplyConfigurationFromUnstructured(desiredCertificate(t, r.ClusterDomain))); err != nil {
+		return metav1.Condition{}, ctrl.Result{}, err
 	}
-	if err := r.apply(ctx, client.ApplyConfigurationFromUnstructured(desiredCertificate(t, r.ClusterDomain)), "certificate"); err != nil {
-		return metav1.Condition{}, err
-	}
-	return r.certificateStatusCondition(s, cur), nil
+	c, res := r.certificateStatusCondition(t, cur)
+	return c, res, nil
 }
 
 // certificateStatusCondition reads cert-manager's Ready condition and
 // status.notAfter of cur (empty when the Certificate was just created).
-func (r *TenantReconciler) certificateStatusCondition(s *tenantScope, cur *unstructured.Unstructured) metav1.Condition {
-	name := tlsSecretName(s.tenant)
+func (r *TenantWorkloadReconciler) certificateStatusCondition(t *v1alpha1.Tenant, cur *unstructured.Unstructured) (metav1.Condition, ctrl.Result) {
+	name := tlsSecretName(t)
 	conds, _, _ := unstructured.NestedSlice(cur.Object, "status", "conditions")
 	for _, x := range conds {
 		m, ok := x.(map[string]any)
@@ -311,22 +298,22 @@ func (r *TenantReconciler) certificateStatusCondition(s *tenantScope, cur *unstr
 		}
 		if m["status"] != string(metav1.ConditionTrue) {
 			return cond(v1alpha1.ConditionCertificateReady, metav1.ConditionFalse, v1alpha1.ReasonCertificateNotReady,
-				"Certificate %s is not ready: %v: %v", name, m["reason"], m["message"])
+				"Certificate %s is not ready: %v: %v", name, m["reason"], m["message"]), ctrl.Result{}
 		}
 		notAfter, _, _ := unstructured.NestedString(cur.Object, "status", "notAfter")
 		at, err := time.Parse(time.RFC3339, notAfter)
 		if err != nil {
 			return cond(v1alpha1.ConditionCertificateReady, metav1.ConditionTrue, v1alpha1.ReasonCertificateIssued,
-				"Certificate %s is ready in Secret %s", name, name)
+				"Certificate %s is ready in Secret %s", name, name), ctrl.Result{}
 		}
-		return r.expiryCondition(s, at, fmt.Sprintf("Certificate %s (Secret %s)", name, name))
+		return r.expiryCondition(at, fmt.Sprintf("Certificate %s (Secret %s)", name, name))
 	}
 	return cond(v1alpha1.ConditionCertificateReady, metav1.ConditionFalse, v1alpha1.ReasonCertificateNotReady,
-		"cert-manager has not issued Certificate %s yet", name)
+		"cert-manager has not issued Certificate %s yet", name), ctrl.Result{}
 }
 
 // tenantsOfTLSSecret maps a provided TLS Secret to the Tenants naming it.
-func (r *TenantReconciler) tenantsOfTLSSecret(ctx context.Context, o client.Object) []string {
+func (r *TenantWorkloadReconciler) tenantsOfTLSSecret(ctx context.Context, o client.Object) []string {
 	var l v1alpha1.TenantList
 	if err := r.List(ctx, &l, client.InNamespace(o.GetNamespace()), client.MatchingFields{indexTLSSecretName: o.GetName()}); err != nil {
 		return nil

@@ -11,11 +11,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -78,19 +78,19 @@ func keepClaimTemplateSize(desired *appsv1ac.StatefulSetApplyConfiguration, exis
 // expandVolumes grows every bus volume claim smaller than
 // spec.storage.embedded.size whose StorageClass allows it, and records the
 // VolumeExpansion condition. A size that never changed costs nothing.
-func (r *TenantReconciler) expandVolumes(ctx context.Context, s *tenantScope) error {
+func (r *TenantWorkloadReconciler) expandVolumes(ctx context.Context, s *workloadScope) (ctrl.Result, error) {
 	t := s.tenant
 	want, ok := embeddedSize(t)
 	if !ok || s.sts == nil {
-		return nil
+		return ctrl.Result{}, nil
 	}
 	created, ok := claimTemplateSize(s.sts)
 	if !ok || want.Cmp(created) <= 0 {
-		return nil
+		return ctrl.Result{}, nil
 	}
 	var pvcs corev1.PersistentVolumeClaimList
 	if err := r.List(ctx, &pvcs, client.InNamespace(t.Namespace), client.MatchingLabels(selectorLabels(t))); err != nil {
-		return fmt.Errorf("list volume claims: %w", err)
+		return ctrl.Result{}, fmt.Errorf("list volume claims: %w", err)
 	}
 	var refused, growing []string
 	claims := 0
@@ -103,12 +103,12 @@ func (r *TenantReconciler) expandVolumes(ctx context.Context, s *tenantScope) er
 		if asked := pvc.Spec.Resources.Requests[corev1.ResourceStorage]; asked.Cmp(want) < 0 {
 			why, err := r.expansionRefused(ctx, pvc)
 			if err != nil {
-				return err
+				return ctrl.Result{}, err
 			}
 			if why == "" {
 				why, err = r.growClaim(ctx, pvc, want)
 				if err != nil {
-					return err
+					return ctrl.Result{}, err
 				}
 			}
 			if why != "" {
@@ -121,14 +121,15 @@ func (r *TenantReconciler) expandVolumes(ctx context.Context, s *tenantScope) er
 		}
 	}
 	var c metav1.Condition
+	var res ctrl.Result
 	switch {
 	case claims == 0:
-		return nil
+		return ctrl.Result{}, nil
 	case len(refused) > 0:
 		c = cond(v1alpha1.ConditionVolumeExpansion, metav1.ConditionFalse, v1alpha1.ReasonVolumeExpansionNotSupported,
 			"spec.storage.embedded.size asks %s, but %s; the volumes keep their size until the StorageClass allows expansion",
 			want.String(), strings.Join(refused, "; "))
-		s.requeueAfter = recheckStorageClass
+		res = requeueAfter(recheckStorageClass)
 	case len(growing) > 0:
 		c = cond(v1alpha1.ConditionVolumeExpansion, metav1.ConditionFalse, v1alpha1.ReasonVolumeExpanding,
 			"growing the volumes to %s: %s", want.String(), strings.Join(growing, "; "))
@@ -136,9 +137,8 @@ func (r *TenantReconciler) expandVolumes(ctx context.Context, s *tenantScope) er
 		c = cond(v1alpha1.ConditionVolumeExpansion, metav1.ConditionTrue, v1alpha1.ReasonVolumesExpanded,
 			"every volume has %s", want.String())
 	}
-	c.ObservedGeneration = t.Generation
-	meta.SetStatusCondition(&t.Status.Conditions, c)
-	return nil
+	setCondition(t, c)
+	return res, nil
 }
 
 // isDataClaim reports whether name is one of the Tenant's data volume
@@ -151,7 +151,7 @@ func isDataClaim(t *v1alpha1.Tenant, name string) bool {
 // expansionRefused says why pvc cannot grow, or "" when its StorageClass
 // allows it. A StorageClass the operator may not read (it runs with the
 // rights of one namespace) is left to the API server to judge.
-func (r *TenantReconciler) expansionRefused(ctx context.Context, pvc *corev1.PersistentVolumeClaim) (string, error) {
+func (r *TenantWorkloadReconciler) expansionRefused(ctx context.Context, pvc *corev1.PersistentVolumeClaim) (string, error) {
 	name := ""
 	if pvc.Spec.StorageClassName != nil {
 		name = *pvc.Spec.StorageClassName
@@ -176,7 +176,7 @@ func (r *TenantReconciler) expansionRefused(ctx context.Context, pvc *corev1.Per
 
 // growClaim asks size of pvc. It returns the API server's reason when it
 // refuses (its admission checks the StorageClass too).
-func (r *TenantReconciler) growClaim(ctx context.Context, pvc *corev1.PersistentVolumeClaim, size resource.Quantity) (string, error) {
+func (r *TenantWorkloadReconciler) growClaim(ctx context.Context, pvc *corev1.PersistentVolumeClaim, size resource.Quantity) (string, error) {
 	orig := pvc.DeepCopy()
 	if pvc.Spec.Resources.Requests == nil {
 		pvc.Spec.Resources.Requests = corev1.ResourceList{}

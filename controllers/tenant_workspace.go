@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -25,38 +26,38 @@ import (
 // clash. Which Tenant holds the workspace is decided by workspaceClaim;
 // the others report WorkspaceConflict and get no bus on that cluster until
 // the holder is gone or moves.
-func (r *TenantReconciler) claimWorkspace(ctx context.Context, s *tenantScope) error {
+func (r *TenantWorkloadReconciler) claimWorkspace(ctx context.Context, s *workloadScope) (ctrl.Result, error) {
 	t := s.tenant
 	if t.Spec.Storage == nil || t.Spec.Storage.External == nil {
-		return nil
+		return ctrl.Result{}, nil
 	}
 	contested := t.Spec.Storage.External.URL
 	others, err := r.rivals(ctx, t)
 	if err != nil || len(others) == 0 {
-		return err
+		return ctrl.Result{}, err
 	}
 	self := claimant{tenant: t}
 	if self.serving, err = r.servesOn(ctx, t, contested); err != nil {
-		return err
+		return ctrl.Result{}, err
 	}
 	holder, stop := workspaceClaim(self, others)
 	if holder == nil {
-		return nil
+		return ctrl.Result{}, nil
 	}
 	s.workspaceConflict = fmt.Errorf("workspace %s on %s is held by Tenant %s/%s; give this Tenant another spec.workspaceID",
 		t.EffectiveWorkspaceID(), contested, holder.Namespace, holder.Name)
 	if stop {
 		if err := r.stopBus(ctx, t); err != nil {
-			return err
+			return ctrl.Result{}, err
 		}
 	}
-	return reconcile.TerminalError(s.workspaceConflict)
+	return ctrl.Result{}, terminal(s.workspaceConflict)
 }
 
 // rivals returns the other Tenants on external storage with t's workspace
 // id and a server in common with t's cluster, and whether each one's bus
 // serves there.
-func (r *TenantReconciler) rivals(ctx context.Context, t *v1alpha1.Tenant) ([]claimant, error) {
+func (r *TenantWorkloadReconciler) rivals(ctx context.Context, t *v1alpha1.Tenant) ([]claimant, error) {
 	contested := t.Spec.Storage.External.URL
 	l, err := r.tenantsOfWorkspace(ctx, t)
 	if err != nil {
@@ -79,7 +80,7 @@ func (r *TenantReconciler) rivals(ctx context.Context, t *v1alpha1.Tenant) ([]cl
 
 // tenantsOfWorkspace lists the Tenants on external storage with t's
 // workspace id, t among them.
-func (r *TenantReconciler) tenantsOfWorkspace(ctx context.Context, t *v1alpha1.Tenant) ([]v1alpha1.Tenant, error) {
+func (r *TenantWorkloadReconciler) tenantsOfWorkspace(ctx context.Context, t *v1alpha1.Tenant) ([]v1alpha1.Tenant, error) {
 	var l v1alpha1.TenantList
 	if err := r.List(ctx, &l, client.MatchingFields{indexExternalWorkspace: t.EffectiveWorkspaceID()}); err != nil {
 		return nil, fmt.Errorf("list tenants of workspace %s: %w", t.EffectiveWorkspaceID(), err)
@@ -88,7 +89,7 @@ func (r *TenantReconciler) tenantsOfWorkspace(ctx context.Context, t *v1alpha1.T
 }
 
 // stopBus deletes t's bus StatefulSet.
-func (r *TenantReconciler) stopBus(ctx context.Context, t *v1alpha1.Tenant) error {
+func (r *TenantWorkloadReconciler) stopBus(ctx context.Context, t *v1alpha1.Tenant) error {
 	sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: t.Namespace, Name: busName(t)}}
 	if err := r.Delete(ctx, sts); client.IgnoreNotFound(err) != nil {
 		return fmt.Errorf("stop the bus: %w", err)
@@ -136,7 +137,7 @@ func workspaceClaim(self claimant, others []claimant) (holder *v1alpha1.Tenant, 
 
 // servesOn reports whether t's bus runs (its StatefulSet exists, controlled
 // by t) against a server of the cluster at contested.
-func (r *TenantReconciler) servesOn(ctx context.Context, t *v1alpha1.Tenant, contested string) (bool, error) {
+func (r *TenantWorkloadReconciler) servesOn(ctx context.Context, t *v1alpha1.Tenant, contested string) (bool, error) {
 	sts := &appsv1.StatefulSet{}
 	err := r.Get(ctx, types.NamespacedName{Namespace: t.Namespace, Name: busName(t)}, sts)
 	switch {
@@ -200,7 +201,7 @@ func serverAddress(raw string) string {
 // sameWorkspaceTenants maps a Tenant to the other Tenants on external
 // storage with its workspace id, so that one that waits on a conflict is
 // reconciled when the Tenant ahead of it changes or goes.
-func (r *TenantReconciler) sameWorkspaceTenants(ctx context.Context, o client.Object) []reconcile.Request {
+func (r *TenantWorkloadReconciler) sameWorkspaceTenants(ctx context.Context, o client.Object) []reconcile.Request {
 	t := o.(*v1alpha1.Tenant)
 	if t.Spec.Storage == nil || t.Spec.Storage.External == nil {
 		return nil

@@ -7,7 +7,15 @@
 // keep `make test` short. STORYBUS_SCALE=full (or `make scale`) runs 500
 // Tenants with 5,000 Connections; STORYBUS_SCALE_TENANTS=N sets any size,
 // and STORYBUS_SCALE_WORKERS=N the operator's --max-concurrent-reconciles.
-// Run with -v for the numbers docs/performance.md records. Under
+// Run with -v for the numbers docs/performance.md records.
+//
+// Once all are Ready, the operator must make no more writes: for a little
+// longer than its --sync-period (15 s, 2 min with STORYBUS_SCALE=full;
+// STORYBUS_SCALE_SYNC sets another), through a resync of every object and
+// with the bus pods' statuses changing all the while, it may send no POST,
+// PUT, PATCH or DELETE (its rest_client_requests_total by verb). Then one
+// Connection's secret is rotated, and the time until the new secret is in
+// force is reported. Under
 // go test -race (make race) the operator is built with the race detector
 // and its first data race fails the run.
 package scale_test
@@ -66,8 +74,24 @@ func tenants(t *testing.T) int {
 	return 20
 }
 
+// syncPeriod is the operator's --sync-period in the run.
+func syncPeriod(t *testing.T) time.Duration {
+	if s := os.Getenv("STORYBUS_SCALE_SYNC"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil || d <= 0 {
+			t.Fatalf("STORYBUS_SCALE_SYNC=%q: want a positive duration", s)
+		}
+		return d
+	}
+	if os.Getenv("STORYBUS_SCALE") == "full" {
+		return 2 * time.Minute
+	}
+	return 15 * time.Second
+}
+
 func TestOperatorAtScale(t *testing.T) {
 	nTenants := tenants(t)
+	sync := syncPeriod(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
@@ -123,7 +147,8 @@ func TestOperatorAtScale(t *testing.T) {
 	}
 	metricsAddr, probeAddr := testutil.FreeAddr(t), testutil.FreeAddr(t)
 	args := []string{"operator", "--kubeconfig", filepath.Join(dir, "kubeconfig"),
-		"--metrics-bind-address", metricsAddr, "--metrics-secure=false", "--health-probe-bind-address", probeAddr, "--log-level", "error"}
+		"--metrics-bind-address", metricsAddr, "--metrics-secure=false", "--health-probe-bind-address", probeAddr, "--log-level", "error",
+		"--sync-period", sync.String()}
 	if n := os.Getenv("STORYBUS_SCALE_WORKERS"); n != "" {
 		args = append(args, "--max-concurrent-reconciles", n)
 	}
@@ -182,6 +207,7 @@ func TestOperatorAtScale(t *testing.T) {
 	start := time.Now()
 	createAll(ctx, t, k8s, ns, nTenants, operatorExited)
 	created := time.Since(start)
+	lastCreate := time.Now()
 
 	deadline := start.Add(time.Duration(nTenants)*2*time.Second + 2*time.Minute)
 	var ready readiness
@@ -197,8 +223,13 @@ func TestOperatorAtScale(t *testing.T) {
 		time.Sleep(time.Second)
 	}
 	allReady := time.Since(start)
+	sinceLast := time.Since(lastCreate)
 
 	m, err := scrape(metricsAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writesUntilReady, err := writes(metricsAddr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,6 +239,178 @@ func TestOperatorAtScale(t *testing.T) {
 	t.Logf("operator memory when all Ready: resident %s (peak seen %s), Go heap in use %s",
 		mib(m["process_resident_memory_bytes"]), mib(float64(peakRSS.Load())), mib(m["go_memstats_heap_inuse_bytes"]))
 	t.Logf("operator CPU time: %.1f s", m["process_cpu_seconds_total"])
+	t.Logf("all Ready %s after the last create", sinceLast.Round(time.Millisecond))
+	t.Logf("operator writes until all Ready: %v, %.1f per Tenant (with its 10 Connections and Grants)", writesUntilReady, float64(writesUntilReady.total())/float64(nTenants))
+
+	// Steady state: a resync of everything, and the bus pods' statuses
+	// changing, write nothing.
+	window := sync + sync/4
+	churned := churnPods(ctx, t, k8s, ns, window, operatorExited)
+	steady, err := writes(metricsAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	extra := steady.minus(writesUntilReady)
+	t.Logf("steady state, %s (--sync-period %s) with %d pod status changes: operator writes %v", window.Round(time.Second), sync, churned, extra)
+	if extra.total() != 0 {
+		t.Errorf("the operator wrote in steady state: %v (nothing changed that it writes)", extra)
+	}
+
+	rotated := rotateOne(ctx, t, k8s, ns, operatorExited)
+	t.Logf("one Connection's secret rotated: in force (its Tenant Ready with the new configuration) after %s", rotated.Round(time.Millisecond))
+	final, err := scrape(metricsAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("operator at the end: resident %s, Go heap in use %s, CPU %.1f s", mib(final["process_resident_memory_bytes"]), mib(final["go_memstats_heap_inuse_bytes"]), final["process_cpu_seconds_total"])
+	target := func(name string, ok bool, got string) {
+		verdict := "met"
+		if !ok {
+			verdict = "NOT met"
+		}
+		t.Logf("target %s: %s (%s)", name, verdict, got)
+	}
+	target("all Ready <= 30 s after the last create", sinceLast <= 30*time.Second, sinceLast.Round(time.Second).String())
+	target("operator CPU <= 20 s until all Ready", m["process_cpu_seconds_total"] <= 20, fmt.Sprintf("%.1f s", m["process_cpu_seconds_total"]))
+	target("RSS <= 150 MiB when all Ready", m["process_resident_memory_bytes"] <= 150<<20, mib(m["process_resident_memory_bytes"]))
+	target("no writes in steady state", extra.total() == 0, extra.String())
+	target("one rotation in force <= 5 s", rotated <= 5*time.Second, rotated.Round(time.Millisecond).String())
+}
+
+// verbs counts the operator's writes to the API server by verb.
+type verbs map[string]float64
+
+// writes reads the operator's writes so far from its
+// rest_client_requests_total.
+func writes(addr string) (verbs, error) {
+	res, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	defer res.Body.Close()
+	out := verbs{}
+	sc := bufio.NewScanner(res.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "rest_client_requests_total{") {
+			continue
+		}
+		labels, value, ok := strings.Cut(line, "} ")
+		if !ok {
+			continue
+		}
+		_, method, ok := strings.Cut(labels, `method="`)
+		if !ok {
+			continue
+		}
+		method, _, _ = strings.Cut(method, `"`)
+		switch method {
+		case http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
+			v, err := strconv.ParseFloat(value, 64)
+			if err != nil {
+				return nil, err
+			}
+			out[method] += v
+		}
+	}
+	return out, sc.Err()
+}
+
+func (v verbs) total() float64 {
+	n := 0.0
+	for _, x := range v {
+		n += x
+	}
+	return n
+}
+
+func (v verbs) minus(w verbs) verbs {
+	out := verbs{}
+	for k, x := range v {
+		if d := x - w[k]; d != 0 {
+			out[k] = d
+		}
+	}
+	return out
+}
+
+func (v verbs) String() string {
+	if len(v) == 0 {
+		return "none"
+	}
+	var parts []string
+	for _, k := range []string{http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+		if v[k] != 0 {
+			parts = append(parts, fmt.Sprintf("%s %.0f", k, v[k]))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// churnPods changes the status of the namespace's bus pods (a condition's
+// probe time), a few dozen a second, for d; it returns how many it changed.
+func churnPods(ctx context.Context, t *testing.T, k8s client.Client, ns string, d time.Duration, checkOperator func()) int {
+	t.Helper()
+	var pods corev1.PodList
+	if err := k8s.List(ctx, &pods, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	changed := 0
+	end := time.Now().Add(d)
+	for i := 0; time.Now().Before(end); i++ {
+		if len(pods.Items) == 0 {
+			time.Sleep(time.Second)
+			continue
+		}
+		p := &pods.Items[i%len(pods.Items)]
+		for j := range p.Status.Conditions {
+			p.Status.Conditions[j].LastProbeTime = metav1.Now()
+		}
+		if err := k8s.Status().Update(ctx, p); err != nil {
+			if err := k8s.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		changed++
+		if i%50 == 49 {
+			checkOperator()
+			time.Sleep(time.Second)
+		}
+	}
+	return changed
+}
+
+// rotateOne rotates the first Tenant's first Connection's secret and waits
+// until it is in force: compiled into the configuration every bus pod
+// serves. It returns how long that took.
+func rotateOne(ctx context.Context, t *testing.T, k8s client.Client, ns string, checkOperator func()) time.Duration {
+	t.Helper()
+	c := &v1alpha1.Connection{}
+	key := client.ObjectKey{Namespace: ns, Name: "t000-c00"}
+	if err := k8s.Get(ctx, key, c); err != nil {
+		t.Fatal(err)
+	}
+	c.Spec.Credentials.Rotate++
+	start := time.Now()
+	if err := k8s.Update(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if err := k8s.Get(ctx, key, c); err != nil {
+			t.Fatal(err)
+		}
+		in := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ConditionInForce)
+		if in != nil && in.Status == metav1.ConditionTrue && in.ObservedGeneration == c.Generation && c.Status.ObservedRotate == c.Spec.Credentials.Rotate {
+			return time.Since(start)
+		}
+		checkOperator()
+		if time.Since(start) > time.Minute {
+			t.Fatalf("the rotation is not in force after a minute: %+v", c.Status)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // createAll creates nTenants Tenants, each with connectionsPerTenant

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"regexp"
 	"strings"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
@@ -60,6 +61,9 @@ type OperatorOptions struct {
 	// MaxConcurrentReconciles is how many objects of one kind are
 	// reconciled at once; 0 means controller-runtime's default of one.
 	MaxConcurrentReconciles int
+	// SyncPeriod is how often every cached object is reconciled again,
+	// changed or not; 0 leaves controller-runtime's default (10 hours).
+	SyncPeriod time.Duration
 	// NetworkPolicy renders a NetworkPolicy for every Tenant that does not
 	// say (spec.networkPolicy.enabled).
 	NetworkPolicy bool
@@ -115,6 +119,7 @@ func (o *OperatorOptions) bind(cmd *cobra.Command) {
 	f.StringVar(&o.BusMemoryLimit, "bus-memory-limit", DefaultBusMemoryLimit, "memory limit of the bus pods of Tenants that set no spec.resources (the bus keeps its Go heap under nine tenths of it); empty sets none")
 	f.StringVar(&o.ClusterDomain, "cluster-domain", "cluster.local", "the cluster's DNS domain, for Tenants' status.endpoint")
 	f.IntVar(&o.MaxConcurrentReconciles, "max-concurrent-reconciles", DefaultMaxConcurrentReconciles, "objects of one kind reconciled at once (Tenants, Connections, …); reconciles wait mostly on the API server")
+	f.DurationVar(&o.SyncPeriod, "sync-period", 0, "how often every object is reconciled again even when nothing changed (a resync; it writes nothing when nothing differs); 0 leaves controller-runtime's default of 10h")
 	f.BoolVar(&o.NetworkPolicy, "network-policy", false, "render a NetworkPolicy for the bus pods of every Tenant that does not set spec.networkPolicy.enabled")
 	f.StringVar(&o.NetworkPolicyPublishNamespaces, "network-policy-publish-namespaces", "", "label selector of the namespaces (the platform's gateway or ingress) whose pods may reach the publish port of Tenants that set no spec.networkPolicy.publishFrom, e.g. kubernetes.io/metadata.name=gateway-system; empty allows the Tenant's own namespace only")
 	f.StringVar(&o.NetworkPolicyMonitoringNamespace, "network-policy-monitoring-namespace", controllers.DefaultMonitoringNamespace, "namespace whose pods may reach the bus pods' operations port (/metrics, /healthz, /readyz)")
@@ -320,9 +325,14 @@ func RunOperator(ctx context.Context, o OperatorOptions, cfg *rest.Config, log l
 	if err != nil {
 		return err
 	}
+	cacheOptions := controllers.CacheOptions(o.WatchNamespaces...)
+	if o.SyncPeriod > 0 {
+		cacheOptions.SyncPeriod = &o.SyncPeriod
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 scheme,
-		Cache:                  controllers.CacheOptions(o.WatchNamespaces...),
+		Logger:                 controllers.LogSpecErrorsAsInfo(log),
+		Cache:                  cacheOptions,
 		Metrics:                metricsOptions(o),
 		HealthProbeBindAddress: o.HealthProbeBindAddress,
 		// Controller names are checked for uniqueness across the process;
