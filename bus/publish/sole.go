@@ -6,18 +6,13 @@ import (
 )
 
 // soleWriter orders snapshots in the process, for a Core that is its
-// topic's only writer (Options.SoleWriter): a story's snapshots take turns,
-// from the head check to the store's answer, and a snapshot over a head
-// learnt from this process's own acknowledgement is published without the
-// compare-and-swap, which costs the store a read of the story's last
-// message. Such a head is the store's: the story's only publishes are this
-// process's, one at a time, in order on its one connection. Any other head
-// is confirmed by the store's compare-and-swap, as in casSequencer: one
-// read from the store, one aged, and the head of a story whose publish was
-// sent and not acknowledged, which is forgotten because the store may hold
-// a message the cache does not. The whole argument is in
-// docs/publish-core.md, "A sole writer publishes without the
-// compare-and-swap".
+// topic's only writer (Options.SoleWriter). A story's snapshots take turns
+// from the head check to the store's answer, and one over a head learnt
+// from this process's own acknowledgement goes without the compare-and-swap:
+// that head is the store's, as the story's only publishes are this
+// process's, one at a time on one connection. Any other head is confirmed
+// by the store, as in casSequencer. The argument: docs/publish-core.md, "A
+// sole writer publishes without the compare-and-swap".
 type soleWriter struct {
 	cas   *casSequencer
 	locks *storyLocks
