@@ -10,6 +10,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/storybus/storybus/bus/config"
 	"github.com/storybus/storybus/bus/rules"
 )
 
@@ -47,13 +48,22 @@ type AWSMessage struct {
 // MissingAuthenticationToken is API Gateway's answer to a path it lacks.
 const MissingAuthenticationToken = "Missing Authentication Token"
 
-func writeJSON(c *gin.Context, status int, v any) {
-	if a, ok := v.(Accepted); ok && len(a.Tolerated) == 0 {
+// writeAccepted answers 202 with a. The usual answer, nothing tolerated
+// and plain strings, is written without the reflection of encoding/json
+// (appendPlain); any other goes through writeJSON.
+func writeAccepted(c *gin.Context, a Accepted) {
+	if len(a.Tolerated) == 0 {
 		if b, ok := a.appendPlain(make([]byte, 0, 128)); ok {
-			c.Data(status, "application/json", b)
+			c.Data(http.StatusAccepted, "application/json", b)
 			return
 		}
 	}
+	writeJSON(c, http.StatusAccepted, a)
+}
+
+// writeJSON answers status with v's JSON, without HTML escaping; should v
+// not encode, the answer is 503 bus.unavailable.
+func writeJSON(c *gin.Context, status int, v any) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
@@ -65,18 +75,29 @@ func writeJSON(c *gin.Context, status int, v any) {
 	c.Data(status, "application/json", b)
 }
 
-// refuse answers with the refusal shape. The status is the first
-// violation's catalogued status; 429 and 503 carry Retry-After.
-func refuse(c *gin.Context, retryAfter time.Duration, vs ...rules.Violation) {
-	refuseStatus(c, 0, retryAfter, vs...)
+// statusOf is the HTTP status of a refusal of rule: its status in the
+// catalogue, or, for a rule of the workspace's own modules, the status cfg
+// declares for it. It is the one place an answer's status is decided.
+func statusOf(cfg *config.Workspace, rule string) int {
+	if cfg != nil {
+		if tr, ok := cfg.TenantRule(rule); ok {
+			return tr.Status
+		}
+	}
+	return rules.Status(rule)
 }
 
-// refuseStatus answers with the refusal shape and the given status; 0 takes
-// the first violation's catalogued status.
-func refuseStatus(c *gin.Context, status int, retryAfter time.Duration, vs ...rules.Violation) {
-	if status == 0 {
-		status = rules.Status(vs[0].Rule)
-	}
+// refuse answers a refusal of the catalogue's rules with the refusal shape
+// (refuseIn).
+func refuse(c *gin.Context, retryAfter time.Duration, vs ...rules.Violation) {
+	refuseIn(c, nil, retryAfter, vs...)
+}
+
+// refuseIn answers with the refusal shape: the status of the first
+// violation (statusOf, in workspace cfg), Retry-After on 429 and 503, the
+// Bearer challenge on 401, the request id on 5xx.
+func refuseIn(c *gin.Context, cfg *config.Workspace, retryAfter time.Duration, vs ...rules.Violation) {
+	status := statusOf(cfg, vs[0].Rule)
 	switch status {
 	case http.StatusTooManyRequests, http.StatusServiceUnavailable:
 		c.Header("Retry-After", strconv.Itoa(retryAfterSeconds(retryAfter)))

@@ -120,7 +120,7 @@ func (s *Server) publishWith(c *gin.Context, stages []stage) {
 		panic(http.ErrAbortHandler)
 	case out.Refusal != nil:
 		s.holdRefusal(req, out.Refusal.Rule, out.RetryAfter)
-		refuseStatus(c, out.DeclaredStatus, out.RetryAfter, *out.Refusal)
+		refuseIn(c, req.cfg, out.RetryAfter, *out.Refusal)
 	case out.Duplicate:
 		writeJSON(c, http.StatusOK, Duplicate{Accepted: true, Duplicate: true, MessageID: req.msg.MessageID})
 	default:
@@ -133,7 +133,7 @@ func (s *Server) publishWith(c *gin.Context, stages []stage) {
 		if tolerated == nil {
 			tolerated = []rules.Violation{}
 		}
-		writeJSON(c, http.StatusAccepted, Accepted{
+		writeAccepted(c, Accepted{
 			Accepted: true, MessageID: req.msg.MessageID, MessageType: req.msg.MessageType,
 			Family: req.msg.Family, Tolerated: tolerated,
 		})
@@ -451,7 +451,7 @@ func (s *Server) workspacePolicy(ctx context.Context, r *request) publish.Policy
 			v := rules.New(rules.BusUnavailable, "internal error; retry with the same message_id and body", "")
 			return publish.Decision{Refusal: &v, Owner: head.Owner}
 		}
-		out := publish.Decision{Owner: d.Owner, Warnings: d.Warnings, Status: d.Status}
+		out := publish.Decision{Owner: d.Owner, Warnings: d.Warnings}
 		if len(d.Refusals) > 0 {
 			out.Refusal = &d.Refusals[0]
 		}

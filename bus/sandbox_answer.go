@@ -85,40 +85,40 @@ func (s *Server) sandboxAnswer(r *request) outcome {
 		r.lost = true
 		return outcome{}
 	}
-	status, v, why := s.provoked(r, id)
+	v, why := s.provoked(r, id)
 	if why != "" {
 		return refused(rules.New(rules.SandboxAnswerUnknown, why, ""))
 	}
-	refuseStatus(r.c, status, s.sandboxRetryAfter(id), v)
+	refuseIn(r.c, r.cfg, s.sandboxRetryAfter(id), v)
 	return outcome{answered: true}
 }
 
 // provoked returns the answer a sandbox gives for the rule id: its status
 // and violation, or why the id names no answer of the publish routes.
-func (s *Server) provoked(r *request, id string) (int, rules.Violation, string) {
+func (s *Server) provoked(r *request, id string) (rules.Violation, string) {
 	message := "provoked by " + SandboxAnswerHeader + "; nothing was recorded or published"
 	if tr, ok := r.cfg.TenantRule(id); ok {
 		if tr.Status == 0 {
-			return 0, rules.Violation{}, id + " is a warning of the workspace's own policy, never an answer's status"
+			return rules.Violation{}, id + " is a warning of the workspace's own policy, never an answer's status"
 		}
-		return tr.Status, rules.Violation{Source: rules.SourcePolicy, Rule: id, Message: message}, ""
+		return rules.Violation{Source: rules.SourcePolicy, Rule: id, Message: message}, ""
 	}
 	rule, ok := rules.Lookup(id)
 	switch {
 	case id == "":
-		return 0, rules.Violation{}, SandboxAnswerHeader + " is empty: name a rule id, or " + SandboxLost
+		return rules.Violation{}, SandboxAnswerHeader + " is empty: name a rule id, or " + SandboxLost
 	case !ok:
-		return 0, rules.Violation{}, id + " is not a rule id of the catalogue or of the workspace's own policy"
+		return rules.Violation{}, id + " is not a rule id of the catalogue or of the workspace's own policy"
 	case notPublishAnswers[id]:
-		return 0, rules.Violation{}, id + " is not an answer of the publish routes"
+		return rules.Violation{}, id + " is not an answer of the publish routes"
 	case rule.Status == 0:
-		return 0, rules.Violation{}, id + " is a warning: it appears under tolerated in a 202, never as an answer's status"
+		return rules.Violation{}, id + " is a warning: it appears under tolerated in a 202, never as an answer's status"
 	}
 	path, named := sandboxPaths[id]
 	if !named && rule.Source == rules.SourceSchema && !strings.HasPrefix(id, "envelope.") {
 		path = "/payload"
 	}
-	return rule.Status, rules.New(id, message, path), ""
+	return rules.New(id, message, path), ""
 }
 
 // sandboxRetryAfter is the Retry-After of a provoked 429 or 503: what the

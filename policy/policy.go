@@ -107,8 +107,6 @@ type Decision struct {
 	Owner    string
 	Refusals []rules.Violation
 	Warnings []rules.Violation
-	// Status is the HTTP status of the first refusal.
-	Status int
 }
 
 // Engine evaluates one workspace's policy.
@@ -503,12 +501,6 @@ func (e *Engine) publish(ctx context.Context, c *compiled, in MessageInput, head
 		tv, err := tenantViolation(c.cfg, v, true)
 		if err != nil {
 			return Decision{}, err
-		}
-		if len(d.Refusals) == 0 {
-			d.Status = rules.Status(tv.Rule)
-			if r, ok := c.cfg.TenantRule(tv.Rule); ok {
-				d.Status = r.Status
-			}
 		}
 		d.Refusals = append(d.Refusals, tv)
 	}

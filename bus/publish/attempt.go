@@ -381,12 +381,6 @@ func (a *attempt) supersededBy(ctx context.Context, head Head) (Outcome, bool) {
 	return Outcome{}, false
 }
 
-// refuseDecided answers a refusal from evaluate, with the policy's own
-// status for its refusals (a workspace rule declares its status).
-func (a *attempt) refuseDecided(v *rules.Violation) Outcome {
-	out := refuse(*v)
-	if v == a.decision.Refusal {
-		out.DeclaredStatus = a.decision.Status
-	}
-	return out
-}
+// refuseDecided answers a refusal from evaluate. The HTTP layer decides
+// its status, a workspace rule's from the workspace's declaration.
+func (a *attempt) refuseDecided(v *rules.Violation) Outcome { return refuse(*v) }

@@ -44,8 +44,6 @@ type Decision struct {
 	// Owner is the story's owner after this snapshot; empty keeps the
 	// story's owner, or makes the sender the owner of a new story.
 	Owner string
-	// Status is the refusal's HTTP status; 0 takes it from the catalogue.
-	Status int
 }
 
 // PolicyFunc decides stage 12 for a message given its story's head (an
@@ -73,10 +71,6 @@ type Outcome struct {
 	Tolerated []rules.Violation
 	// Refusal is set when the message was refused.
 	Refusal *rules.Violation
-	// DeclaredStatus is the status the workspace policy declared for its
-	// own refusal (Decision.Status), passed through; 0 for every other
-	// refusal, whose status is its rule's in the catalogue.
-	DeclaredStatus int
 	// RetryAfter, when set, is how long the producer should wait.
 	RetryAfter time.Duration
 	// Abandoned is set when a fault point stopped the publish: the HTTP

@@ -1,7 +1,6 @@
 package publish_test
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -254,7 +253,7 @@ func statusOf(o publish.Outcome) int {
 	case o.Abandoned:
 		return 0
 	case o.Refusal != nil:
-		return cmp.Or(o.DeclaredStatus, rules.Status(o.Refusal.Rule))
+		return rules.Status(o.Refusal.Rule)
 	case o.Duplicate:
 		return http.StatusOK
 	}
