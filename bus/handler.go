@@ -307,15 +307,18 @@ func (s *Server) gate(r *request) outcome { return s.gateAs(r, r.mediaType().med
 // so it takes no slot of the daily quota: only the request rate applies.
 func (s *Server) ackGate(r *request) outcome { return s.gateAs(r, r.mediaType().mediaType, false) }
 
-// pullGate is the pull route's gate, as ackGate. A pull has no body: the
-// firewall's content types, which are about bodies, judge one without a
-// Content-Type as the JSON it answers with.
-func (s *Server) pullGate(r *request) outcome {
-	mediaType := "application/json"
-	if r.c.GetHeader("Content-Type") != "" {
-		mediaType = r.mediaType().mediaType
+// pullGate is the pull route's gate, as ackGate, judging the request by
+// pullMediaType.
+func (s *Server) pullGate(r *request) outcome { return s.gateAs(r, pullMediaType(r), false) }
+
+// pullMediaType is the media type the firewall judges a pull by. A pull
+// has no body: the firewall's content types, which are about bodies, judge
+// one without a Content-Type as the JSON it answers with.
+func pullMediaType(r *request) string {
+	if r.c.GetHeader("Content-Type") == "" {
+		return "application/json"
 	}
-	return s.gateAs(r, mediaType, false)
+	return r.mediaType().mediaType
 }
 
 // gateAs decides the gate for a request of the media type, with the daily

@@ -454,3 +454,29 @@ func TestWaitWritesTheCountsBeforeAStop(t *testing.T) {
 		t.Fatalf("after Wait: %d accepted, %d in flight; want %d and 0", u.Accepted, u.InFlight, n)
 	}
 }
+
+// TestApplyOpensTheLimitsBucket: a workspace's limits bucket is there once
+// the workspace is applied, before any request needs it, replicated like
+// its topic.
+func TestApplyOpensTheLimitsBucket(t *testing.T) {
+	ns := startNATS(t)
+	js := connectStore(t, ns).JS
+	if _, err := js.KeyValue(context.Background(), limits.BucketName("newsroom")); err == nil {
+		t.Fatal("the limits bucket exists before the workspace is applied")
+	}
+	newReplicaWith(t, ns, bus.Options{}, workspaceConfig("newsroom"))
+	if _, err := js.KeyValue(context.Background(), limits.BucketName("newsroom")); err != nil {
+		t.Fatalf("no limits bucket after Apply: %v", err)
+	}
+	bucket, err := js.Stream(context.Background(), "KV_"+limits.BucketName("newsroom"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	topic, err := js.Stream(context.Background(), store.StreamName("newsroom"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := bucket.CachedInfo().Config.Replicas, topic.CachedInfo().Config.Replicas; got != want {
+		t.Errorf("the limits bucket has %d replicas, the topic %d", got, want)
+	}
+}
