@@ -1,7 +1,8 @@
 // The documentation's TypeScript examples: the code blocks of
-// docs/producers.md and docs/consumers.md are the files under examples/,
-// and run against `storybus dev` they print what the pages say, on a fresh
-// bus and after the README's curl pair.
+// docs/producers.md, docs/consumers.md and this package's README are the
+// files under examples/, and run against `storybus dev` they print what the
+// pages say, on a fresh bus and after the README's curl pair; the package
+// README's runs again and again.
 
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
@@ -16,10 +17,15 @@ interface DocExample {
   prints: string;
 }
 
-/** docExample returns the code block that follows the page's link to file, and the block after "It prints:". */
+/**
+ * docExample returns the code block that follows the page's link to file
+ * (page and link relative to the repository, or to this package for its
+ * README), and the block after "It prints:".
+ */
 function docExample(page: string, file: string): DocExample {
-  const text = readFileSync(path.join(repoDir, "docs", page), "utf8");
-  const link = `This is [\`clients/typescript/${file}\`]`;
+  const own = page === "README.md";
+  const text = readFileSync(own ? path.join(packageDir, page) : path.join(repoDir, page), "utf8");
+  const link = own ? `This is [\`${file}\`]` : `This is [\`clients/typescript/${file}\`]`;
   const at = text.indexOf(link);
   assert.ok(at >= 0, `${page} does not show ${file}`);
   const code = /```ts\n([\s\S]*?)```\n/.exec(text.slice(at));
@@ -42,6 +48,7 @@ function runExample(file: string, bus: Bus): string {
   dirs.push(outbox);
   const js = path.join(packageDir, ".test-build", file.replace(/\.ts$/, ".js"));
   return execFileSync(process.execPath, [js], {
+    cwd: outbox, // where an example's relative outbox folder goes
     env: { ...process.env, STORYBUS_URL: bus.url, STORYBUS_OUTBOX: outbox, STORYBUS_CLIENT_SECRET: "" },
     encoding: "utf8",
     timeout: 60_000,
@@ -59,12 +66,23 @@ function curlPair(bus: Bus): void {
 }
 
 describe("the documentation's TypeScript examples", () => {
-  const producer = docExample("producers.md", "examples/producer.ts");
-  const consumer = docExample("consumers.md", "examples/consumer.ts");
+  const producer = docExample("docs/producers.md", "examples/producer.ts");
+  const consumer = docExample("docs/consumers.md", "examples/consumer.ts");
+  const readme = docExample("README.md", "examples/readme.ts");
 
   it("are the files under examples/", () => {
     assert.equal(producer.code, readFileSync(path.join(packageDir, "examples", "producer.ts"), "utf8"));
     assert.equal(consumer.code, readFileSync(path.join(packageDir, "examples", "consumer.ts"), "utf8"));
+    assert.equal(readme.code, readFileSync(path.join(packageDir, "examples", "readme.ts"), "utf8"));
+  });
+
+  it("the package README's example prints what it says, run after itself and after the docs' examples", async () => {
+    const bus = await startDev();
+    buses.push(bus);
+    assert.equal(runExample("examples/readme.ts", bus), readme.prints);
+    assert.equal(runExample("examples/readme.ts", bus), readme.prints, "the README's example, run a second time");
+    assert.equal(runExample("examples/producer.ts", bus), producer.prints);
+    assert.equal(runExample("examples/readme.ts", bus), readme.prints);
   });
 
   it("the producer prints what docs/producers.md says, on a fresh bus", async () => {
