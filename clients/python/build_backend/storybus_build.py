@@ -5,7 +5,8 @@ storybus_client has no dependencies, and neither has its build: `pip install
 would first download setuptools into its isolated build environment. It
 builds the one pure-Python wheel the package needs from pyproject.toml's
 [project] table and src/, an sdist of the folder, and an editable wheel that
-points at src/.
+points at src/. The wheel and the sdist carry LICENSE (Apache-2.0, a copy of
+the repository's).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 SRC = ROOT / "src"
+LICENSE = ROOT / "LICENSE"
 TAG = "py3-none-any"
 
 
@@ -73,6 +75,7 @@ def _write_wheel(directory: str, files: list[tuple[str, bytes]]) -> str:
     name, version = _dist_name(project), project["version"]
     info = f"{name}-{version}.dist-info"
     files = files + [
+        (f"{info}/LICENSE", LICENSE.read_bytes()),
         (f"{info}/METADATA", _metadata(project).encode()),
         (f"{info}/WHEEL", f"Wheel-Version: 1.0\nGenerator: storybus_build\nRoot-Is-Purelib: true\nTag: {TAG}\n".encode()),
     ]
@@ -127,7 +130,7 @@ def build_sdist(sdist_directory: str, config_settings: dict[str, Any] | None = N
     project = _project()
     base = f"{_dist_name(project)}-{project['version']}"
     filename = f"{base}.tar.gz"
-    keep = ["pyproject.toml", "README.md", "build_backend", "src", "tests"]
+    keep = ["pyproject.toml", "README.md", "LICENSE", "build_backend", "src", "tests"]
     with tarfile.open(os.path.join(sdist_directory, filename), "w:gz", format=tarfile.PAX_FORMAT) as tar:
         for top in keep:
             for path in sorted([ROOT / top, *(ROOT / top).rglob("*")] if (ROOT / top).is_dir() else [ROOT / top]):

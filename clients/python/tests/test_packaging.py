@@ -44,6 +44,7 @@ def test_the_wheel_holds_the_typed_package_and_a_true_record(tmp_path: Path) -> 
             assert digest == "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
             assert int(size) == len(data)
         assert {line.split(",")[0] for line in record} == names
+        assert z.read("storybus_client-0.1.0.dist-info/LICENSE") == (ROOT.parents[1] / "LICENSE").read_bytes()
         z.extractall(tmp_path / "site")
     # The unpacked wheel imports on its own, outside the source tree.
     out = subprocess.run([sys.executable, "-c", "import storybus_client as s; print(s.__version__, s.__file__)"],
@@ -58,9 +59,25 @@ def test_the_sdist_holds_what_builds_the_wheel(tmp_path: Path) -> None:
     with tarfile.open(tmp_path / name) as tar:
         names = set(tar.getnames())
     base = "storybus_client-0.1.0/"
-    for need in ["pyproject.toml", "README.md", "PKG-INFO", "build_backend/storybus_build.py",
+    for need in ["pyproject.toml", "README.md", "LICENSE", "PKG-INFO", "build_backend/storybus_build.py",
                  "src/storybus_client/__init__.py", "src/storybus_client/py.typed"]:
         assert base + need in names
+    # Unpacked elsewhere, the sdist builds the wheel, license included, with its own backend.
+    with tarfile.open(tmp_path / name) as tar:
+        # The archive just built; the data filter where this Python has it.
+        tar.extractall(tmp_path / "unpacked", **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+    unpacked = tmp_path / "unpacked" / base
+    (tmp_path / "wheel").mkdir()
+    subprocess.run([sys.executable, "-c", "import sys, storybus_build; print(storybus_build.build_wheel(sys.argv[1]))",
+                    str(tmp_path / "wheel")], cwd=tmp_path, env={"PYTHONPATH": str(unpacked / "build_backend")},
+                   capture_output=True, text=True, check=True)
+    with zipfile.ZipFile(tmp_path / "wheel" / "storybus_client-0.1.0-py3-none-any.whl") as z:
+        assert z.read("storybus_client-0.1.0.dist-info/LICENSE") == (ROOT / "LICENSE").read_bytes()
+
+
+def test_the_license_is_the_repository_s() -> None:
+    """clients/python/LICENSE, which the wheel and the sdist carry, is a copy of the repository's."""
+    assert (ROOT / "LICENSE").read_bytes() == (ROOT.parents[1] / "LICENSE").read_bytes()
 
 
 def test_the_version_is_the_project_s() -> None:
