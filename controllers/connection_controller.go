@@ -292,7 +292,7 @@ func (r *ConnectionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			names = append(names, c.Name)
 		}
 		return requestsFor(o.GetNamespace(), names...)
-	}).
+	}, 0).
 		// The rotate annotation is a request too.
 		For(&v1alpha1.Connection{}, builder.WithPredicates(predicate.Or[client.Object](specChanged, predicate.AnnotationChangedPredicate{}))).
 		Owns(&corev1.Secret{}).

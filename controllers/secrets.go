@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -130,14 +131,15 @@ func (s *Secrets) Get(ctx context.Context, key client.ObjectKey, sec *corev1.Sec
 }
 
 // Watch makes b watch every Secret the operator can see, labelled or not,
-// mapped to requests by fn.
-func (s *Secrets) Watch(b *builder.Builder, fn handler.MapFunc) *builder.Builder {
+// mapped to requests by fn, enqueued after delay (0: at once; see
+// coalesced).
+func (s *Secrets) Watch(b *builder.Builder, fn handler.MapFunc, delay time.Duration) *builder.Builder {
 	return b.
-		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(fn)).
+		Watches(&corev1.Secret{}, coalesced(fn, delay)).
 		WatchesRawSource(source.Kind(s.others, secretMetadata(),
-			handler.TypedEnqueueRequestsFromMapFunc(func(ctx context.Context, o *metav1.PartialObjectMetadata) []reconcile.Request {
+			coalesced(func(ctx context.Context, o *metav1.PartialObjectMetadata) []reconcile.Request {
 				return fn(ctx, o)
-			})))
+			}, delay)))
 }
 
 // ensureManagedLabel labels sec as the operator's, so the cache holds it;

@@ -20,7 +20,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/yaml"
 
@@ -349,20 +348,23 @@ func randomHex(n int) string {
 // Connection's credentials through its Secret), and the ConfigMap and
 // Secret it writes.
 func (r *TenantConfigurationReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	return r.Secrets.Watch(ctrl.NewControllerManagedBy(mgr).Named("tenant-configuration"), r.connectionSecretToTenants).
+	// The objects compiled into the configuration come in bursts (a
+	// Tenant's Connections and Grants, their Secrets): one compile serves
+	// a burst.
+	return r.Secrets.Watch(ctrl.NewControllerManagedBy(mgr).Named("tenant-configuration"), r.connectionSecretToTenants, coalesce).
 		For(&v1alpha1.Tenant{}, builder.WithPredicates(tenantSpecChanged)).
 		Owns(&corev1.ConfigMap{}).
 		Owns(&corev1.Secret{}).
 		// A Connection's status writes cannot change the configuration:
 		// its credentials and their rotation time come through the Secret
 		// watch.
-		Watches(&v1alpha1.Connection{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		Watches(&v1alpha1.Connection{}, coalesced(func(_ context.Context, o client.Object) []reconcile.Request {
 			return requestsFor(o.GetNamespace(), o.(*v1alpha1.Connection).Spec.TenantRef.Name)
-		}), builder.WithPredicates(specChanged)).
-		Watches(&v1alpha1.OwnershipPolicy{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		}, coalesce), builder.WithPredicates(specChanged)).
+		Watches(&v1alpha1.OwnershipPolicy{}, coalesced(func(_ context.Context, o client.Object) []reconcile.Request {
 			return requestsFor(o.GetNamespace(), o.(*v1alpha1.OwnershipPolicy).Spec.TenantRef.Name)
-		}), builder.WithPredicates(specChanged)).
-		Watches(&v1alpha1.Grant{}, handler.EnqueueRequestsFromMapFunc(r.grantToTenant), builder.WithPredicates(specChanged)).
+		}, coalesce), builder.WithPredicates(specChanged)).
+		Watches(&v1alpha1.Grant{}, coalesced(r.grantToTenant, coalesce), builder.WithPredicates(specChanged)).
 		Complete(observed{kind: "Tenant", inner: r})
 }
 

@@ -49,6 +49,13 @@ type MonitoringOptions struct {
 func (r *TenantWorkloadReconciler) reconcilePodMonitor(ctx context.Context, s *workloadScope) (ctrl.Result, error) {
 	t := s.tenant
 	want := t.PodMonitorEnabled(r.Monitoring.PodMonitor)
+	if !want && meta.FindStatusCondition(t.Status.Conditions, v1alpha1.ConditionMonitored) == nil {
+		// No PodMonitor was written (it would have set Monitored), so
+		// there is none to remove: no need to ask whether the cluster
+		// serves the kind, which costs a discovery request while it does
+		// not.
+		return ctrl.Result{}, nil
+	}
 	_, err := r.RESTMapper().RESTMapping(podMonitorGVK.GroupKind(), podMonitorGVK.Version)
 	switch {
 	case meta.IsNoMatchError(err):
@@ -68,8 +75,13 @@ func (r *TenantWorkloadReconciler) reconcilePodMonitor(ctx context.Context, s *w
 	cur := &unstructured.Unstructured{}
 	cur.SetGroupVersionKind(podMonitorGVK)
 	if !want {
+		// The condition goes only with the PodMonitor: it says one may
+		// be left to remove.
+		if err := r.deleteControlled(ctx, t, cur); err != nil {
+			return ctrl.Result{}, err
+		}
 		meta.RemoveStatusCondition(&t.Status.Conditions, v1alpha1.ConditionMonitored)
-		return ctrl.Result{}, r.deleteControlled(ctx, t, cur)
+		return ctrl.Result{}, nil
 	}
 	if _, err := r.write(ctx, s, "PodMonitor", busName(t), cur, client.ApplyConfigurationFromUnstructured(desiredPodMonitor(t, r.Monitoring))); err != nil {
 		return ctrl.Result{}, err

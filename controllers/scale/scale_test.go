@@ -149,6 +149,10 @@ func TestOperatorAtScale(t *testing.T) {
 	args := []string{"operator", "--kubeconfig", filepath.Join(dir, "kubeconfig"),
 		"--metrics-bind-address", metricsAddr, "--metrics-secure=false", "--health-probe-bind-address", probeAddr, "--log-level", "error",
 		"--sync-period", sync.String()}
+	// STORYBUS_SCALE_PPROF=host:port serves the operator's profiles there.
+	if a := os.Getenv("STORYBUS_SCALE_PPROF"); a != "" {
+		args = append(args, "--pprof-bind-address", a)
+	}
 	if n := os.Getenv("STORYBUS_SCALE_WORKERS"); n != "" {
 		args = append(args, "--max-concurrent-reconciles", n)
 	}

@@ -39,8 +39,10 @@ type OperatorOptions struct {
 	MetricsSecure bool
 	// MetricsCertDir holds tls.crt and tls.key for the metrics endpoint;
 	// empty means a self-signed certificate made at start.
-	MetricsCertDir          string
-	HealthProbeBindAddress  string
+	MetricsCertDir         string
+	HealthProbeBindAddress string
+	// PprofBindAddress serves Go's /debug/pprof; "0" or empty disables it.
+	PprofBindAddress        string
 	LeaderElect             bool
 	LeaderElectionID        string
 	LeaderElectionNamespace string
@@ -106,6 +108,7 @@ func (o *OperatorOptions) bind(cmd *cobra.Command) {
 	f.BoolVar(&o.MetricsSecure, "metrics-secure", true, "serve /metrics over HTTPS, only to clients the API server authenticates (TokenReview) and authorises to get the non-resource URL /metrics (SubjectAccessReview); false serves plain HTTP to anyone, for local development")
 	f.StringVar(&o.MetricsCertDir, "metrics-cert-dir", "", "directory with tls.crt and tls.key for the metrics endpoint (reloaded when they change); empty uses a self-signed certificate")
 	f.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
+	f.StringVar(&o.PprofBindAddress, "pprof-bind-address", "0", "address of Go's /debug/pprof profiles (CPU, heap) for diagnosing the operator; 0 disables it")
 	f.BoolVar(&o.LeaderElect, "leader-elect", false, "elect a leader among operator replicas (a Lease); only the leader reconciles")
 	f.StringVar(&o.LeaderElectionID, "leader-election-id", "storybus-operator.bus.storybus.io", "name of the leader election Lease")
 	f.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the Lease; empty uses --operator-namespace, else the namespace the operator runs in")
@@ -335,6 +338,7 @@ func RunOperator(ctx context.Context, o OperatorOptions, cfg *rest.Config, log l
 		Cache:                  cacheOptions,
 		Metrics:                metricsOptions(o),
 		HealthProbeBindAddress: o.HealthProbeBindAddress,
+		PprofBindAddress:       o.PprofBindAddress,
 		// Controller names are checked for uniqueness across the process;
 		// RunOperator may run more than once in one process (the chart's
 		// tests run two releases' operators one after the other), and one
