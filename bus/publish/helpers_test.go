@@ -246,8 +246,9 @@ func (e *env) publish(body []byte) publish.Outcome {
 }
 
 // statusOf is the HTTP status the bus answers an outcome with: 202
-// accepted, 200 duplicate, or the refusal's (the policy's declared status,
-// else the rule's in the catalogue).
+// accepted, 200 duplicate, or the refusal's rule's in the catalogue (the
+// core's tests run no workspace rules, whose status the workspace
+// declares).
 func statusOf(o publish.Outcome) int {
 	switch {
 	case o.Abandoned:
