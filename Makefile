@@ -207,9 +207,9 @@ bench-isolation: ## Benchmark a workspace's p99 alone and while another is flood
 
 .PHONY: docs
 docs: ## Regenerate the generated docs (docs/rules.md).
-	$(GO) test ./bus/rules/ -run TestDocMatchesCatalogue -update
+	$(GO) test ./rules/ -run TestDocMatchesCatalogue -update
 
 .PHONY: verify
 verify: lint verify-manifests verify-chart verify-typescript-types ## Lint, and fail when generated files or go.mod/go.sum are stale.
-	$(GO) test ./bus/rules/ -run TestDocMatchesCatalogue
+	$(GO) test ./rules/ -run TestDocMatchesCatalogue
 	$(GO) mod tidy -diff

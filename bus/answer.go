@@ -10,8 +10,8 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/storybus/storybus/bus/config"
-	"github.com/storybus/storybus/bus/rules"
+	config "github.com/storybus/storybus/api/config/v1alpha1"
+	"github.com/storybus/storybus/rules"
 )
 
 // Accepted is the answer to a published message (202).

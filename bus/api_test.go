@@ -14,13 +14,13 @@ import (
 
 	"github.com/google/uuid"
 
+	config "github.com/storybus/storybus/api/config/v1alpha1"
 	"github.com/storybus/storybus/bus"
-	"github.com/storybus/storybus/bus/config"
 	"github.com/storybus/storybus/bus/publish"
-	"github.com/storybus/storybus/bus/rules"
 	"github.com/storybus/storybus/docs"
 	"github.com/storybus/storybus/internal/buildinfo"
 	"github.com/storybus/storybus/internal/openapitest"
+	"github.com/storybus/storybus/rules"
 )
 
 func TestUnknownRoutesAnswerMissingAuthenticationToken(t *testing.T) {

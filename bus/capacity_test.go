@@ -11,11 +11,11 @@ import (
 	"testing"
 	"time"
 
+	config "github.com/storybus/storybus/api/config/v1alpha1"
 	"github.com/storybus/storybus/bus"
-	"github.com/storybus/storybus/bus/config"
 	"github.com/storybus/storybus/bus/publish"
-	"github.com/storybus/storybus/bus/rules"
 	"github.com/storybus/storybus/internal/testutil"
+	"github.com/storybus/storybus/rules"
 )
 
 // TestWorkspaceRequestsInFlightAreBounded holds a workspace's publishes in

@@ -8,8 +8,8 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	config "github.com/storybus/storybus/api/config/v1alpha1"
 	"github.com/storybus/storybus/bus"
-	"github.com/storybus/storybus/bus/config"
 	"github.com/storybus/storybus/internal/openapitest"
 )
 

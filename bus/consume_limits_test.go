@@ -14,8 +14,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/storybus/storybus/bus"
-	"github.com/storybus/storybus/bus/rules"
 	"github.com/storybus/storybus/bus/store"
+	"github.com/storybus/storybus/rules"
 )
 
 // consumersOf returns the names of the topic's durable consumers that the

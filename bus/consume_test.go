@@ -13,10 +13,10 @@ import (
 
 	"github.com/google/uuid"
 
+	config "github.com/storybus/storybus/api/config/v1alpha1"
 	"github.com/storybus/storybus/bus"
-	"github.com/storybus/storybus/bus/config"
-	"github.com/storybus/storybus/bus/rules"
 	"github.com/storybus/storybus/bus/store"
+	"github.com/storybus/storybus/rules"
 )
 
 const (

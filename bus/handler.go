@@ -12,13 +12,13 @@ import (
 	"github.com/gin-gonic/gin"
 	"go.opentelemetry.io/otel/attribute"
 
+	config "github.com/storybus/storybus/api/config/v1alpha1"
 	"github.com/storybus/storybus/bus/auth"
-	"github.com/storybus/storybus/bus/config"
 	"github.com/storybus/storybus/bus/limits"
 	"github.com/storybus/storybus/bus/publish"
-	"github.com/storybus/storybus/bus/rules"
 	"github.com/storybus/storybus/bus/som"
 	"github.com/storybus/storybus/policy"
+	"github.com/storybus/storybus/rules"
 )
 
 // ctxRule is the gin context key under which an answer's rule is kept for

@@ -16,7 +16,7 @@ import (
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"github.com/gin-gonic/gin"
 
-	"github.com/storybus/storybus/bus/config"
+	config "github.com/storybus/storybus/api/config/v1alpha1"
 )
 
 // IAMService is the service that signatures on the iam routes are scoped

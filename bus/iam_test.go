@@ -16,9 +16,9 @@ import (
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"github.com/google/uuid"
 
+	config "github.com/storybus/storybus/api/config/v1alpha1"
 	"github.com/storybus/storybus/bus"
-	"github.com/storybus/storybus/bus/config"
-	"github.com/storybus/storybus/bus/rules"
+	"github.com/storybus/storybus/rules"
 )
 
 const (

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
+	config "github.com/storybus/storybus/api/config/v1alpha1"
 	"github.com/storybus/storybus/bus"
-	"github.com/storybus/storybus/bus/config"
 )
 
 // BenchmarkNeighbourUnderFlood measures what a flood against one workspace

@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/storybus/storybus/bus/config"
+	config "github.com/storybus/storybus/api/config/v1alpha1"
 	"github.com/storybus/storybus/bus/store"
 )
 

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/storybus/storybus/bus/limits"
-	"github.com/storybus/storybus/bus/rules"
 	"github.com/storybus/storybus/bus/store"
+	"github.com/storybus/storybus/rules"
 )
 
 // limit is stage 6: the connection's rate limit and daily quota, counted

@@ -16,14 +16,14 @@ import (
 	"github.com/google/uuid"
 	"github.com/nats-io/nats-server/v2/server"
 
+	config "github.com/storybus/storybus/api/config/v1alpha1"
 	"github.com/storybus/storybus/bus"
-	"github.com/storybus/storybus/bus/config"
 	"github.com/storybus/storybus/bus/limits"
 	"github.com/storybus/storybus/bus/publish"
-	"github.com/storybus/storybus/bus/rules"
 	"github.com/storybus/storybus/bus/store"
 	"github.com/storybus/storybus/internal/openapitest"
 	"github.com/storybus/storybus/internal/testutil"
+	"github.com/storybus/storybus/rules"
 )
 
 // stoppedClock stands still until advanced, so that Retry-After can be

@@ -14,10 +14,10 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/storybus/storybus/bus"
-	"github.com/storybus/storybus/bus/rules"
 	"github.com/storybus/storybus/internal/openapitest"
 	"github.com/storybus/storybus/internal/storetest"
 	"github.com/storybus/storybus/internal/testutil"
+	"github.com/storybus/storybus/rules"
 )
 
 // logBuffer collects JSON log lines written concurrently.

@@ -7,7 +7,7 @@ import (
 
 	"github.com/storybus/storybus/bus/limits"
 	"github.com/storybus/storybus/bus/publish"
-	"github.com/storybus/storybus/bus/rules"
+	"github.com/storybus/storybus/rules"
 )
 
 // SandboxAnswerHeader asks a sandbox workspace for an answer to a publish

@@ -13,9 +13,9 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/storybus/storybus/bus/config"
-	"github.com/storybus/storybus/bus/rules"
+	config "github.com/storybus/storybus/api/config/v1alpha1"
 	"github.com/storybus/storybus/policy"
+	"github.com/storybus/storybus/rules"
 )
 
 // slowPolicy is a workspace module that would run for hours: a

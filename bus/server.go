@@ -25,8 +25,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/otel/trace"
 
+	config "github.com/storybus/storybus/api/config/v1alpha1"
 	"github.com/storybus/storybus/bus/auth"
-	"github.com/storybus/storybus/bus/config"
 	"github.com/storybus/storybus/bus/limits"
 	"github.com/storybus/storybus/bus/publish"
 	"github.com/storybus/storybus/bus/store"

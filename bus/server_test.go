@@ -18,12 +18,12 @@ import (
 	"golang.org/x/oauth2"
 	"golang.org/x/oauth2/clientcredentials"
 
+	config "github.com/storybus/storybus/api/config/v1alpha1"
 	"github.com/storybus/storybus/bus"
-	"github.com/storybus/storybus/bus/config"
 	"github.com/storybus/storybus/bus/publish"
-	"github.com/storybus/storybus/bus/rules"
 	"github.com/storybus/storybus/internal/openapitest"
 	"github.com/storybus/storybus/internal/storetest"
+	"github.com/storybus/storybus/rules"
 )
 
 const (

@@ -13,7 +13,7 @@ import (
 
 	"github.com/storybus/storybus/bus"
 	"github.com/storybus/storybus/bus/publish"
-	"github.com/storybus/storybus/bus/rules"
+	"github.com/storybus/storybus/rules"
 )
 
 // storeClock is the embedded store's time, which is this process's wall

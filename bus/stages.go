@@ -1,7 +1,7 @@
 package bus
 
 import (
-	"github.com/storybus/storybus/bus/rules"
+	"github.com/storybus/storybus/rules"
 )
 
 // stage is one step of a route's pipeline.

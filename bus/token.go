@@ -14,10 +14,10 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	config "github.com/storybus/storybus/api/config/v1alpha1"
 	"github.com/storybus/storybus/bus/auth"
-	"github.com/storybus/storybus/bus/config"
 	"github.com/storybus/storybus/bus/limits"
-	"github.com/storybus/storybus/bus/rules"
+	"github.com/storybus/storybus/rules"
 )
 
 // TokenResponse is the OAuth2 client-credentials answer.

@@ -16,7 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/storybus/storybus/bus"
-	"github.com/storybus/storybus/bus/rules"
+	"github.com/storybus/storybus/rules"
 )
 
 // A producer's trace: trace id 4bf9…4736, its span 00f0…02b7, sampled.

@@ -19,8 +19,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/storybus/storybus/bus/rules"
 	"github.com/storybus/storybus/client"
+	"github.com/storybus/storybus/rules"
 )
 
 func TestBackoffDoublesWithJitterCappedAt30s(t *testing.T) {

@@ -23,8 +23,8 @@ import (
 	"testing"
 	"time"
 
+	config "github.com/storybus/storybus/api/config/v1alpha1"
 	"github.com/storybus/storybus/bus"
-	"github.com/storybus/storybus/bus/config"
 	"github.com/storybus/storybus/bus/store"
 	"github.com/storybus/storybus/client"
 	"github.com/storybus/storybus/config/dev"

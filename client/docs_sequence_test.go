@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/storybus/storybus/bus/config"
+	config "github.com/storybus/storybus/api/config/v1alpha1"
 	"github.com/storybus/storybus/config/dev"
 	"github.com/storybus/storybus/config/samples"
 )

@@ -24,8 +24,8 @@ import (
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
+	config "github.com/storybus/storybus/api/config/v1alpha1"
 	"github.com/storybus/storybus/api/v1alpha1"
-	"github.com/storybus/storybus/bus/config"
 	"github.com/storybus/storybus/config/samples"
 	"github.com/storybus/storybus/internal/kubelet"
 	"github.com/storybus/storybus/internal/testutil"

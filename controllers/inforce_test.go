@@ -12,8 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	config "github.com/storybus/storybus/api/config/v1alpha1"
 	"github.com/storybus/storybus/api/v1alpha1"
-	"github.com/storybus/storybus/bus/config"
 )
 
 // TestReadyMeansInForce proves a Connection and its Grant are Ready only

@@ -8,8 +8,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	config "github.com/storybus/storybus/api/config/v1alpha1"
 	"github.com/storybus/storybus/api/v1alpha1"
-	"github.com/storybus/storybus/bus/config"
 )
 
 // TestTenantPoliciesTheBusWouldRefuse proves the operator compiles a

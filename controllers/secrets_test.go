@@ -10,8 +10,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	config "github.com/storybus/storybus/api/config/v1alpha1"
 	"github.com/storybus/storybus/api/v1alpha1"
-	"github.com/storybus/storybus/bus/config"
 )
 
 // TestSecretsCacheHoldsOnlyTheOperators proves the operator's cache holds

@@ -18,8 +18,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	config "github.com/storybus/storybus/api/config/v1alpha1"
 	"github.com/storybus/storybus/api/v1alpha1"
-	"github.com/storybus/storybus/bus/config"
 )
 
 // TestTenantCreate proves a new Tenant gets its finalizer, signing key,

@@ -2,7 +2,6 @@ package controllers
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -14,7 +13,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/storybus/storybus/api/v1alpha1"
-	"github.com/storybus/storybus/bus/limits"
 	"github.com/storybus/storybus/bus/store"
 )
 
@@ -115,21 +113,5 @@ func deleteWorkspaceData(ctx context.Context, url string, creds []byte, workspac
 	if err != nil {
 		return nil, err
 	}
-	var deleted []string
-	stream := store.StreamName(workspace)
-	switch err := js.DeleteStream(ctx, stream); {
-	case err == nil:
-		deleted = append(deleted, "stream "+stream)
-	case !errors.Is(err, jetstream.ErrStreamNotFound):
-		return deleted, fmt.Errorf("delete stream %s: %w", stream, err)
-	}
-	for _, bucket := range []string{store.RecordsBucket(workspace), limits.BucketName(workspace)} {
-		switch err := js.DeleteKeyValue(ctx, bucket); {
-		case err == nil:
-			deleted = append(deleted, "bucket "+bucket)
-		case !errors.Is(err, jetstream.ErrBucketNotFound) && !errors.Is(err, jetstream.ErrStreamNotFound):
-			return deleted, fmt.Errorf("delete bucket %s: %w", bucket, err)
-		}
-	}
-	return deleted, nil
+	return store.DeleteWorkspace(ctx, js, workspace)
 }

@@ -10,7 +10,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/storybus/storybus/api/v1alpha1"
-	"github.com/storybus/storybus/bus/limits"
 	"github.com/storybus/storybus/bus/store"
 )
 
@@ -36,7 +35,7 @@ func TestTenantDeletionOnExternalStorage(t *testing.T) {
 		if _, err := st.OpenWorkspace(ctx, ws, 0, 0); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := st.JS.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: limits.BucketName(ws)}); err != nil {
+		if _, err := st.JS.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: store.LimitsBucket(ws)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -45,7 +44,7 @@ func TestTenantDeletionOnExternalStorage(t *testing.T) {
 		var out []bool
 		_, err := st.JS.Stream(ctx, store.StreamName(ws))
 		out = append(out, err == nil)
-		for _, b := range []string{store.RecordsBucket(ws), limits.BucketName(ws)} {
+		for _, b := range []string{store.RecordsBucket(ws), store.LimitsBucket(ws)} {
 			_, err := st.JS.KeyValue(ctx, b)
 			if err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
 				t.Fatal(err)

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/storybus/storybus/bus/config"
+	config "github.com/storybus/storybus/api/config/v1alpha1"
 )
 
 // TestConfigurationShowsTheSampleFile fails when "The sample file" of

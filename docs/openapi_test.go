@@ -10,8 +10,8 @@ import (
 
 	"github.com/getkin/kin-openapi/openapi3"
 
-	"github.com/storybus/storybus/bus/rules"
 	"github.com/storybus/storybus/internal/openapitest"
+	"github.com/storybus/storybus/rules"
 )
 
 func load(t *testing.T) *openapi3.T {

@@ -34,8 +34,8 @@ import (
 	"github.com/open-policy-agent/opa/v1/storage"
 	"github.com/open-policy-agent/opa/v1/storage/inmem"
 
-	"github.com/storybus/storybus/bus/config"
-	"github.com/storybus/storybus/bus/rules"
+	config "github.com/storybus/storybus/api/config/v1alpha1"
+	"github.com/storybus/storybus/rules"
 )
 
 //go:embed rego/*.rego

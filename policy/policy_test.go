@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/storybus/storybus/bus/config"
+	config "github.com/storybus/storybus/api/config/v1alpha1"
 	"github.com/storybus/storybus/policy"
 )
 

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/storybus/storybus/bus/config"
+	config "github.com/storybus/storybus/api/config/v1alpha1"
 )
 
 func sandboxWorkspace(modules ...config.PolicyModule) *config.Workspace {

@@ -14,8 +14,8 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 
-	"github.com/storybus/storybus/bus/config"
-	"github.com/storybus/storybus/bus/rules"
+	config "github.com/storybus/storybus/api/config/v1alpha1"
+	"github.com/storybus/storybus/rules"
 )
 
 // Issuer is the iss claim of every token.

@@ -4,8 +4,8 @@ import (
 	"testing"
 	"time"
 
+	config "github.com/storybus/storybus/api/config/v1alpha1"
 	"github.com/storybus/storybus/bus/auth"
-	"github.com/storybus/storybus/bus/config"
 )
 
 // TestCacheEvictsTheLeastRecentlyUsed fills a cache of three tokens, uses

@@ -31,7 +31,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/storybus/storybus/bus/config"
+	config "github.com/storybus/storybus/api/config/v1alpha1"
 	"github.com/storybus/storybus/bus/store"
 )
 
@@ -116,7 +116,7 @@ type Limiter struct {
 }
 
 // BucketName returns the name of a workspace's limits bucket.
-func BucketName(workspace string) string { return "limits-" + workspace }
+func BucketName(workspace string) string { return store.LimitsBucket(workspace) }
 
 // Key returns a connection's key in its workspace's limits bucket.
 func Key(connection string) string { return "c." + store.EncodeToken(connection) }

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/storybus/storybus/bus/config"
+	config "github.com/storybus/storybus/api/config/v1alpha1"
 )
 
 var noon = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)

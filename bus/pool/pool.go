@@ -25,7 +25,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/storybus/storybus/bus/config"
+	config "github.com/storybus/storybus/api/config/v1alpha1"
 )
 
 // Bucket is the key-value bucket of pool name's workspace documents.

@@ -10,9 +10,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/storybus/storybus/bus/rules"
 	"github.com/storybus/storybus/bus/som"
 	"github.com/storybus/storybus/bus/store"
+	"github.com/storybus/storybus/rules"
 )
 
 // attempt carries one publish through the core: check, record, publish,

@@ -8,7 +8,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/storybus/storybus/bus/publish"
-	"github.com/storybus/storybus/bus/rules"
+	"github.com/storybus/storybus/rules"
 )
 
 // TestLeaseIsMeasuredOnTheStoresClock: without an injected store clock,

@@ -20,9 +20,9 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/storybus/storybus/bus/rules"
 	"github.com/storybus/storybus/bus/som"
 	"github.com/storybus/storybus/bus/store"
+	"github.com/storybus/storybus/rules"
 )
 
 // Lease is how long a recorded but unconfirmed message belongs to the

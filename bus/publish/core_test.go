@@ -13,9 +13,9 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/storybus/storybus/bus/publish"
-	"github.com/storybus/storybus/bus/rules"
 	"github.com/storybus/storybus/bus/som"
 	"github.com/storybus/storybus/bus/store"
+	"github.com/storybus/storybus/rules"
 )
 
 // The rows of the seed page "Retries and idempotency", against a real

@@ -8,9 +8,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/storybus/storybus/bus/rules"
 	"github.com/storybus/storybus/bus/som"
 	"github.com/storybus/storybus/bus/store"
+	"github.com/storybus/storybus/rules"
 )
 
 // Headers the bus sets on every message it publishes. Snapshot headers make

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/storybus/storybus/bus/rules"
+	"github.com/storybus/storybus/rules"
 )
 
 func TestCheckSequence(t *testing.T) {

@@ -15,9 +15,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/storybus/storybus/bus/publish"
-	"github.com/storybus/storybus/bus/rules"
 	"github.com/storybus/storybus/bus/som"
 	"github.com/storybus/storybus/bus/store"
+	"github.com/storybus/storybus/rules"
 )
 
 func newSoleEnv(t *testing.T) *env {

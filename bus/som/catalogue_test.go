@@ -10,8 +10,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/storybus/storybus/bus/rules"
 	"github.com/storybus/storybus/bus/som"
+	"github.com/storybus/storybus/rules"
 )
 
 // Schema keywords that can fail validation, each giving the rule

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/storybus/storybus/bus/rules"
+	"github.com/storybus/storybus/rules"
 )
 
 // conformance checks the rules of SOM 1.0 that JSON Schema cannot say well.

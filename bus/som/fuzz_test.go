@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/storybus/storybus/bus/rules"
 	"github.com/storybus/storybus/bus/som"
+	"github.com/storybus/storybus/rules"
 )
 
 // FuzzParseValidate feeds arbitrary bodies through Parse, Validate and

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/storybus/storybus/bus/rules"
 	"github.com/storybus/storybus/bus/som"
+	"github.com/storybus/storybus/rules"
 )
 
 // want is a violation by rule and path; the source comes from the catalogue.

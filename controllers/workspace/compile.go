@@ -1,6 +1,6 @@
 // Package workspace compiles a Tenant and the Connections, Grants,
 // OwnershipPolicies and Secrets that refer to it into the workspace
-// configuration (bus/config.Workspace) its bus pods serve. Compile is pure:
+// configuration (the api/config/v1alpha1 Workspace) its bus pods serve. Compile is pure:
 // it reads only its input, so the operator, tests and tools get the same
 // document from the same objects.
 package workspace
@@ -17,8 +17,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	config "github.com/storybus/storybus/api/config/v1alpha1"
 	"github.com/storybus/storybus/api/v1alpha1"
-	"github.com/storybus/storybus/bus/config"
 	"github.com/storybus/storybus/policy"
 )
 

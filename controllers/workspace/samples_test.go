@@ -13,8 +13,9 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
+	config "github.com/storybus/storybus/api/config/v1alpha1"
 	"github.com/storybus/storybus/api/v1alpha1"
-	"github.com/storybus/storybus/bus/config"
+	"github.com/storybus/storybus/bus/configfile"
 	"github.com/storybus/storybus/config/dev"
 	"github.com/storybus/storybus/config/samples"
 )
@@ -140,7 +141,7 @@ func TestCompiledConfigurationParses(t *testing.T) {
 	if err := os.WriteFile(path, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	back, err := config.Load(path)
+	back, err := configfile.Load(path)
 	if err != nil {
 		t.Fatalf("the bus refuses the compiled configuration: %v\n%s", err, b)
 	}

@@ -11,7 +11,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/storybus/storybus/bus/config"
+	config "github.com/storybus/storybus/api/config/v1alpha1"
+	"github.com/storybus/storybus/bus/configfile"
 	"github.com/storybus/storybus/config/dev"
 	"github.com/storybus/storybus/config/samples"
 	"github.com/storybus/storybus/internal/certgen"
@@ -37,10 +38,12 @@ func newDevCommand() *cobra.Command {
 				return fmt.Errorf("sample workspace: %w", err)
 			}
 			if configFile != "" {
-				if cfg, err = config.Load(configFile); err != nil {
+				f, err := configfile.Open(configFile)
+				if err != nil {
 					return err
 				}
-				o.watch = []string{configFile}
+				cfg = f.Workspace
+				o.watch = []*configfile.File{f}
 			}
 			if o.DataDir == "" {
 				dir, err := os.MkdirTemp("", "storybus-dev-")

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	config "github.com/storybus/storybus/api/config/v1alpha1"
 	"github.com/storybus/storybus/bus/auth"
-	"github.com/storybus/storybus/bus/config"
 	"github.com/storybus/storybus/internal/certgen"
 )
 

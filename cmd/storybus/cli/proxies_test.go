@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/storybus/storybus/bus/config"
+	config "github.com/storybus/storybus/api/config/v1alpha1"
 )
 
 // Loopback addresses that play the hosts of TestServeTrustedProxies.

@@ -20,8 +20,9 @@ import (
 	"golang.org/x/net/netutil"
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	config "github.com/storybus/storybus/api/config/v1alpha1"
 	"github.com/storybus/storybus/bus"
-	"github.com/storybus/storybus/bus/config"
+	"github.com/storybus/storybus/bus/configfile"
 	"github.com/storybus/storybus/bus/pool"
 	"github.com/storybus/storybus/bus/publish"
 	"github.com/storybus/storybus/bus/store"
@@ -82,8 +83,8 @@ type ServeOptions struct {
 	// itself with SIGKILL: the crash drills of the fault tests.
 	FaultKill string
 	// watch are configuration files reloaded when they change: watch[i]
-	// is the file the configuration cfgs[i] of Serve was loaded from.
-	watch []string
+	// is the file the configuration cfgs[i] of Serve was read from.
+	watch []*configfile.File
 }
 
 // Sync modes of the embedded JetStream.
@@ -192,17 +193,18 @@ func newServeCommand() *cobra.Command {
 			var cfgs []*config.Workspace
 			seen := map[string]string{}
 			for _, p := range o.Configs {
-				cfg, err := config.Load(p)
+				f, err := configfile.Open(p)
 				if err != nil {
 					return err
 				}
+				cfg := f.Workspace
+				o.watch = append(o.watch, f)
 				if other, dup := seen[cfg.ID]; dup {
 					return usageError{fmt.Errorf("workspace %q is configured by both %s and %s", cfg.ID, other, p)}
 				}
 				seen[cfg.ID] = p
 				cfgs = append(cfgs, cfg)
 			}
-			o.watch = o.Configs
 			return Serve(cmd.Context(), *o, cfgs, slog.New(newLogHandler(cmd.ErrOrStderr(), o.LogFormat, o.LogLevel)), nil)
 		},
 	}
@@ -364,11 +366,12 @@ func servePool(ctx context.Context, o ServeOptions, srv *bus.Server, log *slog.L
 // serveHTTP serves srv's publish API and operations endpoints, and reloads
 // the watched configuration files, until ctx ends or a listener fails.
 func serveHTTP(ctx context.Context, o ServeOptions, cfgs []*config.Workspace, srv *bus.Server, log *slog.Logger, ready func(api, ops net.Addr)) error {
-	for i, path := range o.watch {
+	for _, f := range o.watch {
+		path := f.Path
 		// A changed file is applied in place; one that does not load or
 		// compile is logged and counted, and the previous one stays.
-		err := config.Watch(ctx, path, cfgs[i], func(cfg *config.Workspace, err error) error {
-			id, _ := config.WorkspaceOf(err)
+		err := configfile.Watch(ctx, path, f, func(cfg *config.Workspace, err error) error {
+			id, _ := configfile.WorkspaceOf(err)
 			if err == nil {
 				id = cfg.ID
 				err = srv.Apply(ctx, cfg)

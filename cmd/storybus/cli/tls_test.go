@@ -20,7 +20,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/storybus/storybus/bus/config"
+	config "github.com/storybus/storybus/api/config/v1alpha1"
 	"github.com/storybus/storybus/internal/certgen"
 	"github.com/storybus/storybus/internal/kubelet"
 	"github.com/storybus/storybus/internal/testutil"

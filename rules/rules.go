@@ -342,7 +342,7 @@ func New(id, message, path string) Violation {
 func Markdown() string {
 	var b strings.Builder
 	b.WriteString("# Rule catalogue\n\n")
-	b.WriteString("<!-- Generated from bus/rules by `make docs`; do not edit by hand. -->\n\n")
+	b.WriteString("<!-- Generated from rules by `make docs`; do not edit by hand. -->\n\n")
 	b.WriteString("Every refusal and warning the bus answers with has a stable rule id. Branch on `rule`, never on `message`.\n")
 	b.WriteString("A rule marked *warning* appears under `tolerated` in a 202 answer; a status is given where the rule refuses.\n\n")
 	b.WriteString("| rule | status | source | stage | retry? | meaning | how to fix |\n")

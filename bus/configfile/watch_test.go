@@ -1,4 +1,4 @@
-package config_test
+package configfile_test
 
 import (
 	"context"
@@ -9,7 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/storybus/storybus/bus/config"
+	config "github.com/storybus/storybus/api/config/v1alpha1"
+	"github.com/storybus/storybus/bus/configfile"
 	"github.com/storybus/storybus/internal/filewatch"
 	"github.com/storybus/storybus/internal/testutil"
 )
@@ -37,14 +38,14 @@ type change struct {
 // watch loads path, watches it and returns the changes it reports.
 func watch(t *testing.T, path string) <-chan change {
 	t.Helper()
-	loaded, err := config.Load(path)
+	loaded, err := configfile.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	changes := make(chan change, 64)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	err = config.Watch(ctx, path, loaded, func(w *config.Workspace, err error) error {
+	err = configfile.Watch(ctx, path, loaded, func(w *config.Workspace, err error) error {
 		changes <- change{w, err}
 		return nil
 	})
@@ -207,7 +208,7 @@ func TestWatchReloadsAKeyFileElsewhere(t *testing.T) {
 func TestWatchRetriesContentNotApplied(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "workspace.yaml")
 	replaceFile(t, path, fmt.Sprintf(watchedDoc, "tolerate"))
-	loaded, err := config.Load(path)
+	loaded, err := configfile.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,7 +216,7 @@ func TestWatchRetriesContentNotApplied(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	first := true
-	err = config.Watch(ctx, path, loaded, func(w *config.Workspace, err error) error {
+	err = configfile.Watch(ctx, path, loaded, func(w *config.Workspace, err error) error {
 		calls <- w
 		if first {
 			first = false

@@ -1,15 +1,16 @@
-package config
+package configfile
 
 import (
 	"context"
 	"fmt"
 
+	config "github.com/storybus/storybus/api/config/v1alpha1"
 	"github.com/storybus/storybus/internal/filewatch"
 )
 
 // Watch calls onChange each time the content of the configuration file at
 // path, or of a key file it names, changes, until ctx ends. loaded is the
-// configuration the caller serves (from Load); a content equal to the one it
+// configuration file the caller serves (from Open); a content equal to the one it
 // was read from is not passed again.
 //
 // Only those files' directories are watched, and in them only those files
@@ -20,7 +21,7 @@ import (
 // configuration). When onChange returns an error, the content counts as not
 // applied, and the next change to a watched file passes it again, even
 // unchanged.
-func Watch(ctx context.Context, path string, loaded *Workspace, onChange func(*Workspace, error) error) error {
+func Watch(ctx context.Context, path string, loaded *File, onChange func(*config.Workspace, error) error) error {
 	files := []string{path}
 	var applied [32]byte
 	if loaded != nil {

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/storybus/storybus/bus/rules"
+	"github.com/storybus/storybus/rules"
 )
 
 // TestRuleOfFindsTheRefusalInAChain proves a refusal wrapped by callers is

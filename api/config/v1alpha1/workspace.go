@@ -1,8 +1,10 @@
-// Package config is the workspace configuration a bus serves: the workspace
-// id, its connections and their credentials, grants, limits and ownership
-// policy. It is read from a YAML file by `storybus serve` and `storybus dev`
-// and is the document the operator generates for each Tenant.
-package config
+// Package v1alpha1 is the workspace configuration document, the contract
+// between the operator, which compiles one for each Tenant, and the bus,
+// which serves it: the workspace id, its connections and their
+// credentials, grants, limits, ownership policy and own Rego modules, with
+// their defaults and validation. Reading one from a file is
+// bus/configfile's; importers name this package config.
+package v1alpha1
 
 import (
 	"crypto/sha256"
@@ -17,8 +19,6 @@ import (
 	"time"
 
 	"sigs.k8s.io/yaml"
-
-	"github.com/storybus/storybus/internal/filewatch"
 )
 
 // APIVersion and Kind identify a workspace configuration document.
@@ -109,9 +109,6 @@ type Workspace struct {
 	// publish request may ask for any answer of the publish routes with the
 	// Storybus-Sandbox-Answer header, which other workspaces refuse.
 	Sandbox bool `json:"sandbox,omitempty"`
-
-	// source is what Load read the configuration from.
-	source source
 
 	// ConfigHash, when set, is the hash the operator gave the document:
 	// the DocumentHash of its bytes before this field was added. It names
@@ -362,110 +359,10 @@ func (w *Workspace) ConnectionByCertificate(cert *x509.Certificate) (*Connection
 	return nil, false
 }
 
-// Load reads, defaults and validates a workspace configuration file.
-func Load(path string) (*Workspace, error) {
-	w, src, err := load(path)
-	if err != nil {
-		return nil, err
-	}
-	w.source = src
-	return w, nil
-}
-
-// source is what a configuration was read from: the configuration file and
-// the key files it names, in the order read, and the SHA-256 of their names
-// and contents (or read errors). Watch reloads only when the digest changes.
-type source struct {
-	files  []string
-	digest [32]byte
-}
-
-// load is Load, and also returns the source read so far, whether or not the
-// configuration loads.
-func load(path string) (*Workspace, source, error) {
-	r := filewatch.NewReader()
-	w, err := loadWith(path, func(name string) (string, error) {
-		b, err := r.ReadFile(name)
-		return string(b), err
-	})
-	rd := r.Reading(nil)
-	return w, source{files: rd.Files, digest: rd.Digest}, err
-}
-
-func loadWith(path string, read func(string) (string, error)) (*Workspace, error) {
-	b, err := read(path)
-	if err != nil {
-		return nil, err
-	}
-	w, err := decode([]byte(b))
-	if err != nil {
-		return nil, &LoadError{File: path, Workspace: workspaceOf([]byte(b)), Err: err}
-	}
-	if w.SigningKeyFile != "" {
-		key, err := read(w.SigningKeyFile)
-		if err != nil {
-			return nil, &LoadError{File: path, Workspace: w.ID, Err: fmt.Errorf("signingKeyFile: %w", err)}
-		}
-		w.SigningKey = strings.TrimSpace(key)
-	}
-	for i := range w.Connections {
-		iam := w.Connections[i].IAM
-		if iam == nil || iam.SecretAccessKeyFile == "" {
-			continue
-		}
-		key, err := read(iam.SecretAccessKeyFile)
-		if err != nil {
-			return nil, &LoadError{File: path, Workspace: w.ID, Err: fmt.Errorf("connections[%d].iam.secretAccessKeyFile: %w", i, err)}
-		}
-		iam.SecretAccessKey = strings.TrimSpace(key)
-	}
-	if err := w.Validate(); err != nil {
-		return nil, &LoadError{File: path, Workspace: w.ID, Err: err}
-	}
-	return w, nil
-}
-
-// LoadError is a configuration file that was read but did not load.
-type LoadError struct {
-	// File is the configuration file.
-	File string
-	// Workspace is the workspace id the file names, when it decoded far
-	// enough to tell; empty otherwise.
-	Workspace string
-	Err       error
-}
-
-func (e *LoadError) Error() string { return e.File + ": " + e.Err.Error() }
-
-// Unwrap returns the problem.
-func (e *LoadError) Unwrap() error { return e.Err }
-
-// WorkspaceOf returns the workspace id a Load error names, when the file
-// decoded far enough to tell.
-func WorkspaceOf(err error) (string, bool) {
-	var le *LoadError
-	if errors.As(err, &le) && le.Workspace != "" {
-		return le.Workspace, true
-	}
-	return "", false
-}
-
-// workspaceOf reads the workspace id alone from a document that does not
-// decode strictly; empty when it cannot.
-func workspaceOf(b []byte) string {
-	var doc struct {
-		ID string `json:"workspace"`
-	}
-	if err := yaml.Unmarshal(b, &doc); err != nil {
-		return ""
-	}
-	return doc.ID
-}
-
 // Parse decodes, defaults and validates a workspace configuration document.
 // Unknown fields are errors, so a typo never silently drops a rule.
 func Parse(b []byte) (*Workspace, error) {
-	w, err := decode(b)
+	w, err := Decode(b)
 	if err != nil {
 		return nil, err
 	}
@@ -478,9 +375,10 @@ func Parse(b []byte) (*Workspace, error) {
 	return w, nil
 }
 
-// decode decodes and defaults a document, strictly: unknown fields are
-// errors.
-func decode(b []byte) (*Workspace, error) {
+// Decode decodes and defaults a document, strictly (unknown fields are
+// errors), without validating it: a file's loader reads the key files it
+// names first (bus/configfile).
+func Decode(b []byte) (*Workspace, error) {
 	var w Workspace
 	if err := yaml.UnmarshalStrict(b, &w); err != nil {
 		return nil, err

@@ -12,12 +12,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/storybus/storybus/bus/rules"
+	"github.com/storybus/storybus/rules"
 )
 
 var update = flag.Bool("update", false, "rewrite docs/rules.md from the catalogue")
 
-const docPath = "../../docs/rules.md"
+const docPath = "../docs/rules.md"
 
 // TestDocMatchesCatalogue fails when docs/rules.md drifts from the Go table.
 func TestDocMatchesCatalogue(t *testing.T) {
@@ -89,7 +89,7 @@ func TestEveryRuleTheBusNamesIsCatalogued(t *testing.T) {
 		}
 	}
 	used := 0
-	err = filepath.Walk("../..", func(path string, info os.FileInfo, err error) error {
+	err = filepath.Walk("..", func(path string, info os.FileInfo, err error) error {
 		if err != nil || info.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
 			return err
 		}
@@ -153,7 +153,7 @@ func TestStatusOfUnknownRuleIsGeneric503(t *testing.T) {
 // every other OAuth2 error with 400 (RFC 6749 §5.2); and docs/publish-api.md
 // maps each of them to its rule.
 func TestTokenRulesFollowRFC6749(t *testing.T) {
-	doc, err := os.ReadFile("../../docs/publish-api.md")
+	doc, err := os.ReadFile("../docs/publish-api.md")
 	if err != nil {
 		t.Fatal(err)
 	}
