@@ -180,7 +180,7 @@ func (s *Server) token(c *gin.Context) {
 	if !known {
 		conn = &unknownClient
 	}
-	if ok := conn.CheckSecret(tr.secret); !ok || !known {
+	if ok := auth.CheckSecret(conn, tr.secret); !ok || !known {
 		if err := l.AttemptFailed(c.Request.Context(), append(keys.locks, keys.guard)...); err != nil {
 			s.attemptCountersUnavailable(c, ws, err)
 			return
@@ -311,7 +311,7 @@ func descriptionText(s string) string {
 // certificate (RFC 8705 tls_client_auth) and issues a token bound to it.
 // A client_id sent with it must be the matched connection's.
 func (s *Server) tokenForCertificate(c *gin.Context, ws *workspace, cfg *config.Workspace, cert *x509.Certificate, clientID string) {
-	conn, ok := cfg.ConnectionByCertificate(cert)
+	conn, ok := auth.ConnectionByCertificate(cfg, cert)
 	if !ok {
 		tokenError(c, 0, rules.New(rules.AuthCredentialsInvalid, "the client certificate is not one of a connection's (tlsClientAuth); or send the client id and secret with HTTP Basic authentication", ""))
 		return

@@ -8,6 +8,7 @@ import (
 
 	config "github.com/storybus/storybus/api/config/v1alpha1"
 	"github.com/storybus/storybus/api/v1alpha1"
+	"github.com/storybus/storybus/bus/auth"
 	"github.com/storybus/storybus/config/samples"
 )
 
@@ -72,7 +73,7 @@ func TestCredentialsChangedOutsideARotation(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if !cc.CheckSecret("changed-by-hand-0123456789abcdef-0123") || cc.CredentialsRotatedAt == nil || !cc.CredentialsRotatedAt.Equal(c.Status.CredentialsRotatedAt.Time) {
+		if !auth.CheckSecret(cc, "changed-by-hand-0123456789abcdef-0123") || cc.CredentialsRotatedAt == nil || !cc.CredentialsRotatedAt.Equal(c.Status.CredentialsRotatedAt.Time) {
 			return errNotYet
 		}
 		return nil

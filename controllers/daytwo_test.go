@@ -13,6 +13,7 @@ import (
 
 	config "github.com/storybus/storybus/api/config/v1alpha1"
 	"github.com/storybus/storybus/api/v1alpha1"
+	"github.com/storybus/storybus/bus/auth"
 	"github.com/storybus/storybus/config/samples"
 )
 
@@ -154,7 +155,7 @@ func TestDayTwoStory(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			if !cc.CheckSecret(secret) || cc.CheckSecret(samples.CMSSecret) {
+			if !auth.CheckSecret(cc, secret) || auth.CheckSecret(cc, samples.CMSSecret) {
 				return fmt.Errorf("compiled %+v does not hold the new secret alone", cc)
 			}
 			return nil

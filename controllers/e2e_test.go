@@ -26,6 +26,7 @@ import (
 
 	config "github.com/storybus/storybus/api/config/v1alpha1"
 	"github.com/storybus/storybus/api/v1alpha1"
+	"github.com/storybus/storybus/bus/auth"
 	"github.com/storybus/storybus/config/samples"
 	"github.com/storybus/storybus/internal/kubelet"
 	"github.com/storybus/storybus/internal/testutil"
@@ -147,7 +148,7 @@ func TestEndToEnd(t *testing.T) {
 			return nil
 		})
 		waitWorkspace(t, ns, tenant, func(w *config.Workspace) error {
-			if c, _ := w.Connection("cms"); c == nil || !c.CheckSecret(newSecret) || c.CredentialsRotatedAt == nil {
+			if c, _ := w.Connection("cms"); c == nil || !auth.CheckSecret(c, newSecret) || c.CredentialsRotatedAt == nil {
 				return errNotYet
 			}
 			return nil

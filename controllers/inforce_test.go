@@ -14,6 +14,7 @@ import (
 
 	config "github.com/storybus/storybus/api/config/v1alpha1"
 	"github.com/storybus/storybus/api/v1alpha1"
+	"github.com/storybus/storybus/bus/auth"
 )
 
 // TestReadyMeansInForce proves a Connection and its Grant are Ready only
@@ -178,7 +179,7 @@ func TestRotationCompilesOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !cc.CheckSecret(secret) || cc.CredentialsRotatedAt == nil || !cc.CredentialsRotatedAt.Equal(c.Status.CredentialsRotatedAt.Time) {
+	if !auth.CheckSecret(cc, secret) || cc.CredentialsRotatedAt == nil || !cc.CredentialsRotatedAt.Equal(c.Status.CredentialsRotatedAt.Time) {
 		t.Fatalf("configuration %+v, status rotated at %v", cc, c.Status.CredentialsRotatedAt)
 	}
 	consistently(t, "one configuration for one rotation", 2*time.Second, func() error {

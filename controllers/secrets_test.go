@@ -12,6 +12,7 @@ import (
 
 	config "github.com/storybus/storybus/api/config/v1alpha1"
 	"github.com/storybus/storybus/api/v1alpha1"
+	"github.com/storybus/storybus/bus/auth"
 )
 
 // TestSecretsCacheHoldsOnlyTheOperators proves the operator's cache holds
@@ -34,7 +35,7 @@ func TestSecretsCacheHoldsOnlyTheOperators(t *testing.T) {
 	configured := func(secret string) func(*config.Workspace) error {
 		return func(w *config.Workspace) error {
 			cc, ok := w.ConnectionByClientID("user-client")
-			if !ok || !cc.CheckSecret(secret) {
+			if !ok || !auth.CheckSecret(cc, secret) {
 				return fmt.Errorf("user-client not configured with %q: %+v", secret, w.Connections)
 			}
 			if _, ok := w.Connection("generated"); !ok {

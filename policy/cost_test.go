@@ -6,8 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
-	"syscall"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 

@@ -8,8 +8,6 @@ package v1alpha1
 
 import (
 	"crypto/sha256"
-	"crypto/subtle"
-	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -247,19 +245,6 @@ type TLSClientAuth struct {
 	SANURI string `json:"sanURI,omitempty"`
 }
 
-// Matches reports whether cert carries the subject DN or URI SAN.
-func (a *TLSClientAuth) Matches(cert *x509.Certificate) bool {
-	if a.SubjectDN != "" {
-		return cert.Subject.String() == a.SubjectDN
-	}
-	for _, u := range cert.URIs {
-		if u.String() == a.SANURI {
-			return true
-		}
-	}
-	return false
-}
-
 // Grant lists what a connection may publish and consume. An empty list
 // grants nothing.
 type Grant struct {
@@ -309,18 +294,6 @@ func CheckSecretLength(secret string) error {
 	return nil
 }
 
-// CheckSecret reports whether secret matches the connection's hash, in
-// constant time. A secret under MinSecretBytes never matches, even when it
-// is the one that was hashed.
-func (c *Connection) CheckSecret(secret string) bool {
-	want, ok := strings.CutPrefix(c.SecretHash, "sha256:")
-	if !ok || CheckSecretLength(secret) != nil {
-		return false
-	}
-	got := HashSecret(secret)[len("sha256:"):]
-	return subtle.ConstantTimeCompare([]byte(want), []byte(got)) == 1
-}
-
 // HashSecret returns the SecretHash form of a client secret.
 func HashSecret(secret string) string { return DocumentHash([]byte(secret)) }
 
@@ -342,17 +315,6 @@ const MaxClientIDBytes = 512
 func (w *Workspace) ConnectionByClientID(id string) (*Connection, bool) {
 	for i := range w.Connections {
 		if w.Connections[i].ClientID == id {
-			return &w.Connections[i], true
-		}
-	}
-	return nil, false
-}
-
-// ConnectionByCertificate returns the connection whose TLSClientAuth the
-// verified client certificate matches.
-func (w *Workspace) ConnectionByCertificate(cert *x509.Certificate) (*Connection, bool) {
-	for i := range w.Connections {
-		if a := w.Connections[i].TLSClientAuth; a != nil && a.Matches(cert) {
 			return &w.Connections[i], true
 		}
 	}
