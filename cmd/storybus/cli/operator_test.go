@@ -168,7 +168,7 @@ func TestOperatorRuns(t *testing.T) {
 		}
 	}
 	url := "https://" + metrics + "/metrics"
-	poll("metrics to an authorised ServiceAccount", getAs(url, reader, http.StatusOK, `controller_runtime_reconcile_total{controller="tenant"`))
+	poll("metrics to an authorised ServiceAccount", getAs(url, reader, http.StatusOK, `controller_runtime_reconcile_total{controller="tenant-workload"`))
 	build := buildinfo.Get()
 	poll("build info metric", getAs(url, reader, http.StatusOK, fmt.Sprintf(`storybus_build_info{commit=%q,goversion=%q,version=%q} 1`, build.Commit, build.GoVersion, build.Version)))
 	poll("metrics without a token", getAs(url, "", http.StatusUnauthorized, ""))
