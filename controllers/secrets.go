@@ -94,40 +94,42 @@ func stripSecretMetadata(in any) (any, error) {
 	return in, nil
 }
 
-// Get reads a Secret: from the cache when the operator labels it, else the
-// last read from the API server while the metadata cache shows the same
-// resourceVersion, else from the API server.
+// Get reads a Secret: from the cache when the operator labels it, else,
+// when the metadata cache holds it, the last read from the API server
+// while its resourceVersion is the same, else from the API server. A
+// Secret neither cache holds is not found: like any cached read, its
+// creation comes as an event, which reconciles again.
 func (s *Secrets) Get(ctx context.Context, key client.ObjectKey, sec *corev1.Secret) error {
 	err := s.cached.Get(ctx, key, sec)
 	if !apierrors.IsNotFound(err) {
 		return err
 	}
 	md := secretMetadata()
-	version := ""
-	switch err := s.others.Get(ctx, key, md); {
-	case err == nil:
-		version = md.ResourceVersion
-	case !apierrors.IsNotFound(err):
+	if err := s.others.Get(ctx, key, md); err != nil {
+		if apierrors.IsNotFound(err) {
+			// Gone, or not there yet: its watch event reconciles again.
+			s.mu.Lock()
+			delete(s.read, key)
+			s.mu.Unlock()
+		}
 		return err
 	}
 	s.mu.Lock()
 	last := s.read[key]
 	s.mu.Unlock()
-	if last != nil && version != "" && last.ResourceVersion == version {
+	if last != nil && last.ResourceVersion == md.ResourceVersion {
 		last.DeepCopyInto(sec)
 		return nil
 	}
-	// Not seen yet (just created, or the metadata cache is behind): ask.
-	err = s.direct.Get(ctx, key, sec)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	switch {
-	case apierrors.IsNotFound(err):
-		delete(s.read, key)
-	case err == nil && sec.Labels[LabelManagedBy] != FieldManager:
-		s.read[key] = sec.DeepCopy()
+	if err := s.direct.Get(ctx, key, sec); err != nil {
+		return err
 	}
-	return err
+	if sec.Labels[LabelManagedBy] != FieldManager {
+		s.mu.Lock()
+		s.read[key] = sec.DeepCopy()
+		s.mu.Unlock()
+	}
+	return nil
 }
 
 // Watch makes b watch every Secret the operator can see, labelled or not,

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -16,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -186,7 +188,9 @@ func conflictsWith(err error, manager string) bool {
 // recordConditionEvents records an Event on obj for every condition that
 // changed, one per reason. Ready repeats the reason of the condition that
 // decides it and says nothing more: it has an Event of its own only when
-// no other condition of all has its reason (Ready, Reconciling).
+// no other condition of all has its reason (Ready, Reconciling). A change
+// already recorded is not recorded again: a reconcile that read the object
+// from a cache not yet showing the write before it sees the same change.
 func recordConditionEvents(rec events.EventRecorder, obj client.Object, changed, all []metav1.Condition) {
 	slices.SortStableFunc(changed, func(a, b metav1.Condition) int {
 		return cmp.Compare(boolInt(a.Type == v1alpha1.ConditionReady), boolInt(b.Type == v1alpha1.ConditionReady))
@@ -198,7 +202,7 @@ func recordConditionEvents(rec events.EventRecorder, obj client.Object, changed,
 		}) {
 			continue
 		}
-		if evented[ch.Reason] {
+		if evented[ch.Reason] || !recorded.first(obj.GetUID(), ch) {
 			continue
 		}
 		evented[ch.Reason] = true
@@ -208,6 +212,41 @@ func recordConditionEvents(rec events.EventRecorder, obj client.Object, changed,
 		}
 		rec.Eventf(obj, nil, typ, ch.Reason, "Reconcile", "%s=%s: %s", ch.Type, ch.Status, ch.Message)
 	}
+}
+
+// recorded remembers, by object and condition type, the status and reason
+// last recorded as an Event.
+var recorded = &eventMemo{last: map[types.UID]map[string]string{}}
+
+// eventMemo is what recordConditionEvents recorded last.
+type eventMemo struct {
+	mu   sync.Mutex
+	last map[types.UID]map[string]string
+}
+
+// eventMemoObjects bounds the objects remembered: past it the memo starts
+// again (an Event may then be recorded twice, never lost).
+const eventMemoObjects = 50_000
+
+// first reports whether c's status and reason are not the last recorded
+// for its type on the object uid, and remembers them.
+func (m *eventMemo) first(uid types.UID, c metav1.Condition) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	seen := m.last[uid]
+	if seen == nil {
+		if len(m.last) >= eventMemoObjects {
+			m.last = map[types.UID]map[string]string{}
+		}
+		seen = map[string]string{}
+		m.last[uid] = seen
+	}
+	now := string(c.Status) + "/" + c.Reason
+	if seen[c.Type] == now {
+		return false
+	}
+	seen[c.Type] = now
+	return true
 }
 
 // setCondition sets c on t, stamped with t's generation, keeping the

@@ -10,7 +10,7 @@
 // Run with -v for the numbers docs/performance.md records.
 //
 // Once all are Ready, the operator must make no more writes: for a little
-// longer than its --sync-period (15 s, 2 min with STORYBUS_SCALE=full;
+// longer than its --sync-period (10 s, 2 min with STORYBUS_SCALE=full;
 // STORYBUS_SCALE_SYNC sets another), through a resync of every object and
 // with the bus pods' statuses changing all the while, it may send no POST,
 // PUT, PATCH or DELETE (its rest_client_requests_total by verb). Then one
@@ -86,7 +86,7 @@ func syncPeriod(t *testing.T) time.Duration {
 	if os.Getenv("STORYBUS_SCALE") == "full" {
 		return 2 * time.Minute
 	}
-	return 15 * time.Second
+	return 10 * time.Second
 }
 
 func TestOperatorAtScale(t *testing.T) {
