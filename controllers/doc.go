@@ -1,17 +1,22 @@
-// Package controllers holds the operator's reconcilers, one per kind of
-// api/v1alpha1:
+// Package controllers holds the operator's controllers:
 //
-//   - TenantReconciler runs a Tenant's bus: the compiled workspace
-//     configuration (ConfigMap), the signing key (Secret), the bus pods
-//     (StatefulSet), their Services and PodDisruptionBudget, and removes
-//     stored data on deletion when the Tenant's deletionPolicy says so.
+//   - TenantConfigurationReconciler compiles a Tenant and what refers to it
+//     (package workspace) into its workspace configuration (a ConfigMap) and
+//     a Secret with the signing key and the files the configuration names.
+//   - TenantWorkloadReconciler runs the Tenant's bus once that configuration
+//     is valid: its StatefulSet, Services, PodDisruptionBudget, volumes,
+//     NetworkPolicy, TLS Certificate, HTTPRoute or Ingress and PodMonitor;
+//     on deletion it removes stored data when the deletionPolicy says so.
+//   - TenantReadinessReconciler writes only status: whether the bus's pods
+//     are ready and have loaded the configuration compiled.
 //   - ConnectionReconciler keeps a Connection's credentials Secret and
-//     rotates the secret on request.
-//   - GrantReconciler and OwnershipPolicyReconciler check references and
-//     specs; the Tenant's reconciler folds them into its configuration.
+//     rotates its secret on request.
+//   - One reference reconciler each for Grants and OwnershipPolicies says
+//     whether what they name resolves and whether they are in force; the
+//     configuration reconciler folds them in.
 //
-// Every reconciler has the same shape: get the object (gone: nothing to
-// do), defer one status patch, run ordered phases that share a scope
-// struct, and compute conditions with pure functions of what the phases
-// observed. A condition that changes is also recorded as an Event.
+// A reconciler gets its object (gone: nothing to do), observes or acts in
+// ordered phases that share a scope struct, computes conditions with pure
+// functions of what it observed, and writes its part of the status only
+// when it changed. A condition that changes is also recorded as an Event.
 package controllers
