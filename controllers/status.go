@@ -89,6 +89,11 @@ func changedConditions(before, after []metav1.Condition) []metav1.Condition {
 // before (recordConditionEvents), and patches obj's status when it
 // changed. A gone object is not an error.
 func patchStatus[T statusObject](ctx context.Context, c client.Client, rec events.EventRecorder, obj, before T) error {
+	if equality.Semantic.DeepEqual(obj, before) {
+		// Most reconciles change nothing: comparing costs far less than
+		// computing the patch that says so.
+		return nil
+	}
 	recordConditionEvents(rec, obj, changedConditions(before.GetConditions(), obj.GetConditions()), obj.GetConditions())
 	patch := client.MergeFrom(before)
 	data, err := patch.Data(obj)
