@@ -11,8 +11,9 @@
 //
 // Once all are Ready, the operator must make no more writes: for a little
 // longer than its --sync-period (10 s, 2 min with STORYBUS_SCALE=full;
-// STORYBUS_SCALE_SYNC sets another), through a resync of every object and
-// with the bus pods' statuses changing all the while, it may send no POST,
+// STORYBUS_SCALE_SYNC sets another), through its resync (whose events
+// reach the watches without a predicate) and with the bus pods' statuses
+// changing all the while, it may send no POST,
 // PUT, PATCH or DELETE (its rest_client_requests_total by verb). Then one
 // Connection's secret is rotated, and the time until the new secret is in
 // force is reported. Under
