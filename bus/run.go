@@ -1,6 +1,7 @@
 package bus
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -44,7 +45,7 @@ type RunOptions struct {
 // embedded store, marking a clean stop when no record can be missing.
 // serve, dev, the tests and pool replicas all start a bus this way.
 func Run(ctx context.Context, o RunOptions, serve func(ctx context.Context, srv *Server) error) error {
-	log := cmpLogger(o.Bus.Logger)
+	log := cmp.Or(o.Bus.Logger, slog.Default())
 	var ns *server.Server
 	// cleanStart: the store was stopped cleanly, every record flushed, and
 	// the start rebuilds none from the topic. markClean: this run may leave
@@ -153,13 +154,6 @@ func (s *Server) Store() *store.Store { return s.opts.Store }
 // load balancers and Service endpoints stop sending it new requests, while
 // it goes on answering those that still arrive.
 func (s *Server) Drain() { s.draining.Store(true) }
-
-func cmpLogger(l *slog.Logger) *slog.Logger {
-	if l == nil {
-		return slog.Default()
-	}
-	return l
-}
 
 // Remove stops serving workspace id: from now on its requests are answered
 // as those of a workspace the bus does not serve, and Remove returns once
