@@ -103,11 +103,17 @@ func Run(ctx context.Context, o RunOptions, serve func(ctx context.Context, srv 
 	// is locked) unless it also serves NATS clients.
 	bo.SoleWriter = ns != nil && o.NATSListen == ""
 	srv := New(bo)
+	// A store request has a short default deadline, and an embedded store
+	// recovering from a crash on a busy node can answer slower than that:
+	// the start gives the store longer before it gives up.
+	startCtx, cancelStart := context.WithTimeout(ctx, StartTimeout)
+	defer cancelStart()
 	for _, cfg := range o.Workspaces {
-		if err := srv.Apply(ctx, cfg); err != nil {
+		if err := srv.Apply(startCtx, cfg); err != nil {
 			return err
 		}
 	}
+	cancelStart()
 	err = serve(ctx, srv)
 	srv.Wait()
 	if ns != nil && !cleanStart {
@@ -117,6 +123,10 @@ func Run(ctx context.Context, o RunOptions, serve func(ctx context.Context, srv 
 	}
 	return err
 }
+
+// StartTimeout bounds how long Run waits for the store to open the
+// workspaces it starts with.
+const StartTimeout = 2 * time.Minute
 
 // SoleWriter reports whether the bus is its store's only writer, as Run
 // decided.

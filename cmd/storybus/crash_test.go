@@ -102,7 +102,9 @@ func startBus(t *testing.T, cfg, dataDir, addr string, args ...string) *bus {
 			t.Logf("bus logs:\n%s", logs.String())
 		}
 	})
-	deadline := time.Now().Add(30 * time.Second)
+	// A start after a kill recovers the store first, which on a busy
+	// machine takes far longer than on a quiet one (bus.StartTimeout).
+	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		c, err := net.DialTimeout("tcp", addr, time.Second)
 		if err == nil {
