@@ -185,6 +185,49 @@ func checkOperatorConfined(t *testing.T, ctx context.Context, admin client.Clien
 		t.Errorf("the operator's own pod template: %v", err)
 	}
 
+	// A BusPool's objects: its replicas' StatefulSet (the pod's name in
+	// the environment), its PodDisruptionBudget and route, confined to the
+	// pool's own pods and Service as a Tenant's are to its bus.
+	busPool := &v1alpha1.BusPool{ObjectMeta: metav1.ObjectMeta{Namespace: team, Name: "decoy"},
+		Spec: v1alpha1.BusPoolSpec{NATS: v1alpha1.ExternalStorage{URL: "nats://127.0.0.1:1"}}}
+	create(t, ctx, admin, busPool)
+	poolOwned := func(name string) metav1.ObjectMeta {
+		m := meta(team, name)
+		m.OwnerReferences[0].Kind, m.OwnerReferences[0].Name, m.OwnerReferences[0].UID = "BusPool", busPool.Name, busPool.UID
+		return m
+	}
+	replicas := busLikeStatefulSet(poolOwned("decoy-pool-like"))
+	replicas.Spec.Template.Spec.Containers[0].Args = []string{"serve", "--pool", team + "_decoy", "--pool-replica", "$(POD_NAME)"}
+	replicas.Spec.Template.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}}}
+	if err := op.Create(ctx, replicas); err != nil {
+		t.Errorf("a pool's StatefulSet: %v", err)
+	}
+	poolPDB := func(component string) *policyv1.PodDisruptionBudget {
+		return &policyv1.PodDisruptionBudget{ObjectMeta: poolOwned("decoy-pool-" + component), Spec: policyv1.PodDisruptionBudgetSpec{
+			MaxUnavailable: new(intstr.FromInt32(1)), Selector: &metav1.LabelSelector{MatchLabels: map[string]string{
+				"app.kubernetes.io/name": "storybus", "app.kubernetes.io/component": component, "app.kubernetes.io/instance": busPool.Name}}}}
+	}
+	if err := op.Create(ctx, poolPDB("pool")); err != nil {
+		t.Errorf("a pool's PodDisruptionBudget: %v", err)
+	}
+	refused("a BusPool's PodDisruptionBudget of a Tenant's bus pods", op.Create(ctx, poolPDB("bus")))
+	poolRoute := func(name, backend string) *unstructured.Unstructured {
+		m := poolOwned(name)
+		return &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+			"metadata": map[string]any{"namespace": team, "name": name, "labels": map[string]any{"app.kubernetes.io/managed-by": "storybus-operator"},
+				"ownerReferences": []any{map[string]any{"apiVersion": v1alpha1.GroupVersion.String(), "kind": "BusPool", "name": m.OwnerReferences[0].Name, "uid": string(m.OwnerReferences[0].UID), "controller": true}}},
+			"spec": map[string]any{"rules": []any{map[string]any{
+				"matches":     []any{map[string]any{"path": map[string]any{"type": "PathPrefix", "value": "/v1/tenants/"}}},
+				"backendRefs": []any{map[string]any{"name": backend, "port": int64(8080)}},
+			}}},
+		}}
+	}
+	if err := op.Create(ctx, poolRoute("decoy-pool", "decoy-pool")); err != nil {
+		t.Errorf("a pool's HTTPRoute to its Service: %v", err)
+	}
+	refused("a BusPool's HTTPRoute to a Tenant's bus Service", op.Create(ctx, poolRoute("decoy-pool-other", "decoy-bus")))
+
 	// Another team's Secret, ConfigMap, NetworkPolicy and HTTPRoute.
 	sec := foreignSecret.DeepCopy()
 	sec.Data["password"] = []byte("stolen")
@@ -304,7 +347,8 @@ func projectedToken() []corev1.Volume {
 
 // fullTenant is a Tenant using every kind of object the operator writes:
 // TLS from a cert-manager issuer, a Gateway API route, a NetworkPolicy, a
-// PodMonitor, and a Connection whose credentials Secret a user made.
+// PodMonitor, and a Connection whose credentials Secret a user made; and a
+// BusPool beside it, exposed.
 func fullTenant(t *testing.T, ctx context.Context, k8s client.Client, ns string) {
 	t.Helper()
 	create(t, ctx, k8s, &v1alpha1.Tenant{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: ns}, Spec: v1alpha1.TenantSpec{
@@ -319,20 +363,32 @@ func fullTenant(t *testing.T, ctx context.Context, k8s client.Client, ns string)
 		Spec: v1alpha1.ConnectionSpec{TenantRef: v1alpha1.LocalObjectReference{Name: ns}}})
 	create(t, ctx, k8s, &v1alpha1.Connection{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "wire"},
 		Spec: v1alpha1.ConnectionSpec{TenantRef: v1alpha1.LocalObjectReference{Name: ns}}})
+	// A BusPool, exposed: its cluster need not be reachable for its
+	// replicas' objects to be made.
+	create(t, ctx, k8s, &v1alpha1.BusPool{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "shared"}, Spec: v1alpha1.BusPoolSpec{
+		NATS:   v1alpha1.ExternalStorage{URL: "nats://127.0.0.1:1"},
+		Expose: &v1alpha1.TenantExpose{Gateway: &v1alpha1.GatewayExpose{ParentRefs: []v1alpha1.GatewayParentRef{{Name: "platform"}}, Hostnames: []string{"pool.example.com"}}},
+	}})
 }
 
 // checkFullTenant waits for what the operator makes of fullTenant, with
 // the chart's RBAC and admission policy.
 func checkFullTenant(t *testing.T, ctx context.Context, k8s client.Client, ns string) {
 	t.Helper()
-	kinds := map[string]string{
-		"cert-manager.io/v1/Certificate":         ns + "-tls",
-		"gateway.networking.k8s.io/v1/HTTPRoute": ns + "-bus",
-		"networking.k8s.io/v1/NetworkPolicy":     ns + "-bus",
-		"monitoring.coreos.com/v1/PodMonitor":    ns + "-bus",
-		"v1/Secret":                              "wire-credentials",
+	objects := []struct{ kind, name string }{
+		{"cert-manager.io/v1/Certificate", ns + "-tls"},
+		{"gateway.networking.k8s.io/v1/HTTPRoute", ns + "-bus"},
+		{"networking.k8s.io/v1/NetworkPolicy", ns + "-bus"},
+		{"monitoring.coreos.com/v1/PodMonitor", ns + "-bus"},
+		{"v1/Secret", "wire-credentials"},
+		// The pool's.
+		{"apps/v1/StatefulSet", "shared-pool"},
+		{"v1/Service", "shared-pool-ops"},
+		{"policy/v1/PodDisruptionBudget", "shared-pool"},
+		{"gateway.networking.k8s.io/v1/HTTPRoute", "shared-pool"},
 	}
-	for kind, name := range kinds {
+	for _, o := range objects {
+		kind, name := o.kind, o.name
 		gv, k := kind[:strings.LastIndex(kind, "/")], kind[strings.LastIndex(kind, "/")+1:]
 		u := &unstructured.Unstructured{}
 		u.SetAPIVersion(gv)

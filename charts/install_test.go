@@ -208,6 +208,10 @@ func checkOperatorRights(t *testing.T, ctx context.Context, k8s client.Client, n
 		{"get", "", "secrets", tenantNS, true},
 		{"update", "", "secrets", tenantNS, true},
 		{"patch", "networking.k8s.io", "networkpolicies", tenantNS, true},
+		{"watch", "bus.storybus.io", "buspools", tenantNS, true},
+		{"patch", "bus.storybus.io", "buspools/status", tenantNS, true},
+		// A BusPool's spec is its owner's, never the operator's.
+		{"patch", "bus.storybus.io", "buspools", tenantNS, false},
 		// Only the verbs it uses: server-side apply creates (create) and
 		// changes (patch) what it makes; Secrets alone are updated.
 		{"create", "apps", "statefulsets", tenantNS, true},
@@ -269,7 +273,7 @@ func checkOperatorRights(t *testing.T, ctx context.Context, k8s client.Client, n
 
 // checkUserRoles checks the ClusterRoles for users: aggregated into the
 // cluster's view, edit and admin, and, bound in a namespace, letting read
-// (view) or change (edit) the four kinds there, as the apiserver's RBAC
+// (view) or change (edit) the five kinds there, as the apiserver's RBAC
 // authorizer decides. envtest runs no aggregation controller, so the roles
 // are bound directly.
 func checkUserRoles(t *testing.T, ctx context.Context, k8s client.Client) {
@@ -300,6 +304,8 @@ func checkUserRoles(t *testing.T, ctx context.Context, k8s client.Client) {
 	}{
 		{"storybus-view-user", "list", "tenants", ns, true},
 		{"storybus-view-user", "get", "ownershippolicies", ns, true},
+		{"storybus-view-user", "list", "buspools", ns, true},
+		{"storybus-edit-user", "create", "buspools", ns, true},
 		{"storybus-view-user", "create", "connections", ns, false},
 		{"storybus-view-user", "list", "tenants", "default", false},
 		{"storybus-edit-user", "create", "connections", ns, true},

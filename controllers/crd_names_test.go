@@ -28,7 +28,7 @@ func TestShortNamesAndCategory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]string{"tenants": "sbt", "connections": "sbc", "grants": "sbg", "ownershippolicies": "sbop"}
+	want := map[string]string{"tenants": "sbt", "connections": "sbc", "grants": "sbg", "ownershippolicies": "sbop", "buspools": "sbp"}
 	seen := 0
 	for _, r := range l.APIResources {
 		short, ok := want[r.Name]

@@ -14,6 +14,14 @@
 //   - One reference reconciler each for Grants and OwnershipPolicies says
 //     whether what they name resolves and whether they are in force; the
 //     configuration reconciler folds them in.
+//   - BusPoolReconciler runs a BusPool's replicas (a StatefulSet of
+//     storybus serve --pool, Services, a PodDisruptionBudget, a route) and
+//     reports what each replica has in force, read through poolClients'
+//     connection to the pool's NATS cluster.
+//   - TenantPoolReconciler places a Tenant that names a pool: it writes the
+//     compiled configuration into the pool's bucket, decides the Tenant's
+//     readiness from what the pool's replicas report, and removes it from
+//     the pool when it leaves or is deleted.
 //
 // A reconciler gets its object (gone: nothing to do), observes or acts in
 // ordered phases that share a scope struct, computes conditions with pure

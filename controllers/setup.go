@@ -150,7 +150,7 @@ func stripCachedMetadata(in any) (any, error) {
 	}
 	o.SetManagedFields(nil)
 	switch in.(type) {
-	case *v1alpha1.Tenant, *v1alpha1.Connection, *v1alpha1.Grant, *v1alpha1.OwnershipPolicy:
+	case *v1alpha1.Tenant, *v1alpha1.Connection, *v1alpha1.Grant, *v1alpha1.OwnershipPolicy, *v1alpha1.BusPool:
 		if a := o.GetAnnotations(); a[lastAppliedAnnotation] != "" {
 			a = maps.Clone(a)
 			delete(a, lastAppliedAnnotation)
@@ -175,11 +175,15 @@ func namespaceConfigs(namespaces []string) map[string]cache.Config {
 
 // Setup registers the field indexes and the reconcilers with mgr: the
 // Tenant's three (configuration, workload, readiness), the Connection's,
-// and the reference checks of Grants and OwnershipPolicies.
+// the reference checks of Grants and OwnershipPolicies, the BusPool's, and
+// the placement of pooled Tenants on their pools.
 func Setup(mgr ctrl.Manager, o Options) error {
 	o = o.withDefaults()
 	if err := addIndexes(context.Background(), mgr.GetFieldIndexer()); err != nil {
 		return fmt.Errorf("field indexes: %w", err)
+	}
+	if err := addPoolIndexes(context.Background(), mgr.GetFieldIndexer()); err != nil {
+		return fmt.Errorf("pool field indexes: %w", err)
 	}
 	if err := registerMetrics(mgr.GetClient()); err != nil {
 		return fmt.Errorf("metrics: %w", err)
@@ -207,6 +211,16 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	}
 	if err := ownershipPolicyReferences(mgr.GetClient(), rec).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("ownershippolicy controller: %w", err)
+	}
+	pools := newPoolClients()
+	if err := mgr.Add(pools); err != nil {
+		return err
+	}
+	if err := (&BusPoolReconciler{objectWriter: w, Secrets: secrets, Recorder: rec, Pools: pools, Options: o}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("buspool controller: %w", err)
+	}
+	if err := (&TenantPoolReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Secrets: secrets, Recorder: rec, Pools: pools, Options: o}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("tenant pool controller: %w", err)
 	}
 	return nil
 }

@@ -63,6 +63,10 @@ func (r *TenantReadinessReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	if err := r.Get(ctx, req.NamespacedName, t); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
+	if t.Spec.Pool != nil {
+		// A pooled Tenant's readiness is its pool's (tenant_pool.go).
+		return ctrl.Result{}, nil
+	}
 	if !t.DeletionTimestamp.IsZero() || !configurationDecided(t) {
 		// Ready waits for the configuration controller to judge this
 		// generation: until then it describes the last one judged.

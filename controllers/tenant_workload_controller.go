@@ -102,6 +102,10 @@ func (r *TenantWorkloadReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 			return ctrl.Result{}, fmt.Errorf("add finalizer: %w", err)
 		}
 	}
+	if t.Spec.Pool != nil {
+		// Its pool's replicas serve it (tenant_pool_workload.go).
+		return r.reconcilePooled(ctx, t)
+	}
 	before := t.DeepCopy()
 	s := &workloadScope{tenant: t}
 	defer func() {
@@ -210,7 +214,9 @@ func (r *TenantWorkloadReconciler) finalize(ctx context.Context, t *v1alpha1.Ten
 	if !controllerutil.ContainsFinalizer(t, v1alpha1.Finalizer) {
 		return ctrl.Result{}, nil
 	}
-	if t.Spec.Storage != nil && t.Spec.Storage.External != nil && t.EffectiveDeletionPolicy() == v1alpha1.DeletionPolicyDelete {
+	// A pooled Tenant's data on its pool's cluster is the pool
+	// controller's to delete (tenant_pool.go).
+	if t.Spec.Pool == nil && t.Spec.Storage != nil && t.Spec.Storage.External != nil && t.EffectiveDeletionPolicy() == v1alpha1.DeletionPolicyDelete {
 		wait, err := r.deleteExternalData(ctx, t)
 		if err != nil || wait > 0 {
 			return requeueAfter(wait), err
@@ -290,6 +296,7 @@ func (r *TenantWorkloadReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&networkingv1.Ingress{}).
 		Watches(&v1alpha1.Tenant{}, handler.EnqueueRequestsFromMapFunc(r.sameWorkspaceTenants), builder.WithPredicates(specChanged)).
 		Watches(&corev1.PersistentVolumeClaim{}, handler.EnqueueRequestsFromMapFunc(claimToTenant)).
+		Watches(&v1alpha1.BusPool{}, handler.EnqueueRequestsFromMapFunc(r.tenantsOfPoolSpec), builder.WithPredicates(specChanged)).
 		Build(observed{kind: "Tenant", inner: r})
 	r.controller = c
 	return err

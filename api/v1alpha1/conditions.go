@@ -52,7 +52,17 @@ func (p *OwnershipPolicy) SetConditions(c []metav1.Condition) { p.Status.Conditi
 // SetObservedGeneration sets status.observedGeneration.
 func (p *OwnershipPolicy) SetObservedGeneration(g int64) { p.Status.ObservedGeneration = g }
 
+// GetConditions returns status.conditions.
+func (p *BusPool) GetConditions() []metav1.Condition { return p.Status.Conditions }
+
+// SetConditions replaces status.conditions.
+func (p *BusPool) SetConditions(c []metav1.Condition) { p.Status.Conditions = c }
+
+// SetObservedGeneration sets status.observedGeneration.
+func (p *BusPool) SetObservedGeneration(g int64) { p.Status.ObservedGeneration = g }
+
 var (
+	_ ConditionedObject = (*BusPool)(nil)
 	_ ConditionedObject = (*Tenant)(nil)
 	_ ConditionedObject = (*Connection)(nil)
 	_ ConditionedObject = (*Grant)(nil)

@@ -1,8 +1,9 @@
 // Package v1alpha1 holds the storybus custom resources of API group
-// bus.storybus.io, version v1alpha1: Tenant, Connection, Grant and
-// OwnershipPolicy. Platform teams declare them; the operator compiles each
-// Tenant with its Connections, Grants and OwnershipPolicies into the
-// workspace configuration its bus pods serve.
+// bus.storybus.io, version v1alpha1: Tenant, Connection, Grant,
+// OwnershipPolicy and BusPool. Platform teams declare them; the operator
+// compiles each Tenant with its Connections, Grants and OwnershipPolicies
+// into the workspace configuration its bus pods serve, on a bus of its own
+// or on the BusPool it names.
 //
 // +kubebuilder:object:generate=true
 // +groupName=bus.storybus.io
@@ -25,13 +26,14 @@ var (
 	AddToScheme = SchemeBuilder.AddToScheme
 )
 
-// addKnownTypes registers the four kinds and their lists under GroupVersion.
+// addKnownTypes registers the five kinds and their lists under GroupVersion.
 func addKnownTypes(s *runtime.Scheme) error {
 	s.AddKnownTypes(GroupVersion,
 		&Tenant{}, &TenantList{},
 		&Connection{}, &ConnectionList{},
 		&Grant{}, &GrantList{},
 		&OwnershipPolicy{}, &OwnershipPolicyList{},
+		&BusPool{}, &BusPoolList{},
 	)
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil

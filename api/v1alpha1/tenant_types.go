@@ -31,6 +31,7 @@ const (
 //
 // +kubebuilder:validation:XValidation:rule="has(self.workspaceID) == has(oldSelf.workspaceID)",message="workspaceID is immutable: it can be neither set nor removed after creation"
 // +kubebuilder:validation:XValidation:rule="!has(self.storage) || !has(self.storage.embedded) || !has(self.replicas) || self.replicas <= 1",message="embedded storage serves one replica; use storage.external to run more"
+// +kubebuilder:validation:XValidation:rule="!has(self.pool) || (!has(self.tls) && !has(self.expose))",message="a pooled Tenant is served over TLS and exposed by its pool (the BusPool's spec.tls and spec.expose): remove spec.tls and spec.expose, or spec.pool"
 type TenantSpec struct {
 	// WorkspaceID is the workspace id: the {t} of every route, the audience
 	// of its tokens, and part of its stream and bucket names. Default: the
@@ -149,6 +150,17 @@ type TenantSpec struct {
 	// the Prometheus Operator.
 	// +optional
 	Monitoring *TenantMonitoring `json:"monitoring,omitempty"`
+
+	// Pool places the workspace on a BusPool instead of a bus of its own:
+	// the pool's replicas serve it, and the Tenant gets no StatefulSet,
+	// volume or Service. Replicas, image, resources, storage, template,
+	// networkPolicy, monitoring and trustedProxies are then the pool's;
+	// everything else (Connections, Grants, OwnershipPolicies, limits,
+	// firewall, policies, capacity, sandbox, deletionPolicy) means what it
+	// means on a bus of its own. Moving between a pool and a bus of its
+	// own does not move the workspace's stream (docs/pools.md).
+	// +optional
+	Pool *PoolReference `json:"pool,omitempty"`
 }
 
 // TenantTemplate customises the objects the operator makes for a Tenant.
@@ -428,6 +440,11 @@ type TenantStatus struct {
 	// +listType=atomic
 	// +optional
 	Compiled []CompiledObject `json:"compiled,omitempty"`
+	// Pool is the pool the workspace's document was last written to, while
+	// it is there: a Tenant moved off a pool or deleted has it removed
+	// from there first.
+	// +optional
+	Pool *PoolPlacement `json:"pool,omitempty"`
 }
 
 // CompiledObject is one object a Tenant's configuration was compiled from.
@@ -461,6 +478,7 @@ type CompiledObject struct {
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,description="Why Ready is what it is; the condition's message says more"
 // +kubebuilder:printcolumn:name="Connections",type=integer,JSONPath=`.status.connections`,priority=1,description="Connections in the compiled configuration"
 // +kubebuilder:printcolumn:name="Endpoint",type=string,JSONPath=`.status.endpoint`,priority=1,description="Base URL of the publish API inside the cluster"
+// +kubebuilder:printcolumn:name="Pool",type=string,JSONPath=`.spec.pool.name`,priority=1,description="The BusPool serving the workspace; empty for a bus of its own"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`,description="Time since the Tenant was created"
 // +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 40 && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="a Tenant's name must be a DNS label of at most 40 characters starting with a letter: it names the bus's StatefulSet, Services and pods"
 type Tenant struct {
@@ -483,6 +501,19 @@ func (t *Tenant) EffectiveWorkspaceID() string {
 		return t.Spec.WorkspaceID
 	}
 	return t.Name
+}
+
+// PoolKey returns the namespace and name of the BusPool spec.pool names
+// (its namespace defaults to the Tenant's); ok is false without spec.pool.
+func (t *Tenant) PoolKey() (namespace, name string, ok bool) {
+	if t.Spec.Pool == nil {
+		return "", "", false
+	}
+	namespace = t.Spec.Pool.Namespace
+	if namespace == "" {
+		namespace = t.Namespace
+	}
+	return namespace, t.Spec.Pool.Name, true
 }
 
 // EffectiveReplicas returns spec.replicas, 1 when unset.

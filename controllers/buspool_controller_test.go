@@ -1,0 +1,276 @@
+package controllers
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/storybus/storybus/api/v1alpha1"
+	"github.com/storybus/storybus/bus/pool"
+	"github.com/storybus/storybus/bus/store"
+)
+
+// startPoolCluster starts an embedded JetStream server reachable by URL,
+// the NATS cluster of the tests' pools, and a store connected to it.
+func startPoolCluster(t *testing.T) (*server.Server, *store.Store) {
+	t.Helper()
+	ns, err := store.StartEmbedded(store.EmbeddedOptions{DataDir: t.TempDir(), Listen: "127.0.0.1:-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	st, err := store.Connect(store.Options{URL: ns.ClientURL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	return ns, st
+}
+
+func newBusPool(ns, name, url string, mods ...func(*v1alpha1.BusPool)) *v1alpha1.BusPool {
+	p := &v1alpha1.BusPool{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: v1alpha1.BusPoolSpec{NATS: v1alpha1.ExternalStorage{URL: url, Replicas: 1}}}
+	for _, m := range mods {
+		m(p)
+	}
+	return p
+}
+
+func busPoolGen(p *v1alpha1.BusPool) int64 { return p.Status.ObservedGeneration }
+
+// TestBusPoolRunsItsReplicas creates a BusPool on a real NATS server and
+// checks what the operator makes of it: a StatefulSet of pool replicas
+// (`storybus serve --pool`, each named by its pod) spread over nodes and
+// zones, with the termination grace period its drain needs, the Services
+// and a PodDisruptionBudget of one; the pool's buckets on the cluster; a
+// status that reports the cluster reachable and, per replica, the
+// workspaces it reports in force and refused; and no write at all once
+// nothing changes.
+func TestBusPoolRunsItsReplicas(t *testing.T) {
+	nats, st := startPoolCluster(t)
+	ns := newNamespace(t)
+	ctx := context.Background()
+	create(t, newBusPool(ns, "shared", nats.ClientURL(), func(p *v1alpha1.BusPool) {
+		p.Spec.DrainPeriod = &metav1.Duration{Duration: 20 * time.Second}
+	}))
+
+	p := &v1alpha1.BusPool{}
+	waitCondition(t, ns, "shared", p, busPoolGen, v1alpha1.ConditionClusterReady, metav1.ConditionTrue, v1alpha1.ReasonClusterConnected)
+	waitCondition(t, ns, "shared", p, busPoolGen, v1alpha1.ConditionAvailable, metav1.ConditionFalse, v1alpha1.ReasonAwaitingTenants)
+	if want := ns + "_shared"; p.Status.PoolName != want || p.Status.Replicas != 3 ||
+		p.Status.Endpoint != "http://shared-pool."+ns+".svc.cluster.local:8080" {
+		t.Errorf("status: poolName %q replicas %d endpoint %q", p.Status.PoolName, p.Status.Replicas, p.Status.Endpoint)
+	}
+	if r := findCondition(p.Status.Conditions, v1alpha1.ConditionReady); r == nil || r.Status != metav1.ConditionFalse || r.Reason != v1alpha1.ReasonAwaitingTenants {
+		t.Errorf("Ready: %+v", r)
+	}
+	for _, b := range []string{pool.Bucket(ns + "_shared"), pool.StatusBucket(ns + "_shared")} {
+		if _, err := st.JS.KeyValue(ctx, b); err != nil {
+			t.Errorf("bucket %s on the cluster: %v", b, err)
+		}
+	}
+
+	sts := &appsv1.StatefulSet{}
+	mustGet(t, ns, "shared-pool", sts)
+	if err := isController(sts, p); err != nil {
+		t.Error(err)
+	}
+	spec := sts.Spec.Template.Spec
+	c := spec.Containers[0]
+	args := strings.Join(c.Args, " ")
+	for _, want := range []string{"serve ", "--nats-url " + nats.ClientURL(), "--replicas 1", "--pool " + ns + "_shared", "--pool-replica $(POD_NAME)", "--drain-period 20s", "--listen :8080", "--ops-listen :8081"} {
+		if !strings.Contains(args, want) {
+			t.Errorf("args %q lack %q", args, want)
+		}
+	}
+	if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool {
+		return e.Name == "POD_NAME" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.name"
+	}) {
+		t.Errorf("env %+v: no POD_NAME from the pod's name", c.Env)
+	}
+	if *sts.Spec.Replicas != 3 || sts.Spec.PodManagementPolicy != appsv1.ParallelPodManagement || sts.Spec.ServiceName != "shared-pool-ops" {
+		t.Errorf("replicas %d, policy %s, service %s", *sts.Spec.Replicas, sts.Spec.PodManagementPolicy, sts.Spec.ServiceName)
+	}
+	// 20 s of drain, 15 s to finish what is in progress, 10 s of margin.
+	if g := spec.TerminationGracePeriodSeconds; g == nil || *g != 45 {
+		t.Errorf("terminationGracePeriodSeconds %v, want 45", g)
+	}
+	if pr := c.ReadinessProbe; pr == nil || pr.HTTPGet == nil || pr.HTTPGet.Path != "/readyz" || pr.HTTPGet.Port.String() != "ops" {
+		t.Errorf("readiness probe %+v", pr)
+	}
+	if c.Image != testBusImage || c.Resources.Requests.Cpu().String() != "100m" {
+		t.Errorf("image %s, requests %v: want the operator's defaults", c.Image, c.Resources.Requests)
+	}
+	spread := map[string]corev1.UnsatisfiableConstraintAction{}
+	for _, tsc := range spec.TopologySpreadConstraints {
+		if tsc.MaxSkew != 1 || tsc.LabelSelector == nil || tsc.LabelSelector.MatchLabels["app.kubernetes.io/instance"] != "shared" ||
+			tsc.LabelSelector.MatchLabels["app.kubernetes.io/component"] != "pool" {
+			t.Errorf("topology spread %+v", tsc)
+		}
+		spread[tsc.TopologyKey] = tsc.WhenUnsatisfiable
+	}
+	if spread[corev1.LabelHostname] != corev1.DoNotSchedule || spread[corev1.LabelTopologyZone] != corev1.ScheduleAnyway {
+		t.Errorf("topology spread %v: want hostname DoNotSchedule, zone ScheduleAnyway", spread)
+	}
+	if sc := spec.SecurityContext; spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken ||
+		sc == nil || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot || c.SecurityContext.AllowPrivilegeEscalation == nil || *c.SecurityContext.AllowPrivilegeEscalation {
+		t.Errorf("the pod is not the restricted bus pod: %+v %+v", sc, c.SecurityContext)
+	}
+
+	svc := &corev1.Service{}
+	mustGet(t, ns, "shared-pool", svc)
+	if svc.Spec.Type != corev1.ServiceTypeClusterIP || len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Port != 8080 || svc.Spec.Selector["app.kubernetes.io/component"] != "pool" {
+		t.Errorf("service %+v", svc.Spec)
+	}
+	ops := &corev1.Service{}
+	mustGet(t, ns, "shared-pool-ops", ops)
+	if ops.Spec.ClusterIP != corev1.ClusterIPNone {
+		t.Errorf("ops service cluster IP %q, want headless", ops.Spec.ClusterIP)
+	}
+	pdb := &policyv1.PodDisruptionBudget{}
+	mustGet(t, ns, "shared-pool", pdb)
+	if pdb.Spec.MaxUnavailable == nil || pdb.Spec.MaxUnavailable.IntValue() != 1 || pdb.Spec.Selector.MatchLabels["app.kubernetes.io/instance"] != "shared" {
+		t.Errorf("pdb %+v", pdb.Spec)
+	}
+
+	// The replicas' reports, compactly: per replica, the workspaces it
+	// serves and the documents it refused.
+	sp, err := pool.Open(ctx, st.JS, ns+"_shared", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	report := func(key string, s pool.Status) {
+		t.Helper()
+		b, _ := json.Marshal(s)
+		if _, err := sp.Statuses.Put(ctx, key, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	report("brand-1.shared-pool-0", pool.Status{Hash: "sha256:1"})
+	report("brand-2.shared-pool-0", pool.Status{Hash: "sha256:2", Refused: "sha256:3", Error: "does not compile"})
+	report("brand-1.shared-pool-1", pool.Status{Hash: "sha256:1"})
+	for i := range 2 {
+		startFakePoolPod(t, ns, "shared", fmt.Sprintf("shared-pool-%d", i))
+	}
+	eventually(t, "the per-replica summary", func() error {
+		if err := get(ns, "shared", p); err != nil {
+			return err
+		}
+		want := []v1alpha1.BusPoolReplicaStatus{
+			{Name: "shared-pool-0", Ready: true, Workspaces: 2, Refused: 1},
+			{Name: "shared-pool-1", Ready: true, Workspaces: 1},
+		}
+		if !slices.Equal(p.Status.ReplicaStatuses, want) {
+			return fmt.Errorf("replica statuses %+v, want %+v", p.Status.ReplicaStatuses, want)
+		}
+		return nil
+	})
+	markPoolReady(t, ns, "shared", 3)
+	waitCondition(t, ns, "shared", p, busPoolGen, v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonReady)
+
+	// Settled: nothing is written again.
+	versions := func() []string {
+		var out []string
+		for _, o := range []interface {
+			GetResourceVersion() string
+		}{sts, svc, ops, pdb, p} {
+			out = append(out, o.GetResourceVersion())
+		}
+		return out
+	}
+	readAll := func() error {
+		for _, read := range []func() error{
+			func() error { return get(ns, "shared-pool", sts) }, func() error { return get(ns, "shared-pool", svc) },
+			func() error { return get(ns, "shared-pool-ops", ops) }, func() error { return get(ns, "shared-pool", pdb) },
+			func() error { return get(ns, "shared", p) },
+		} {
+			if err := read(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := readAll(); err != nil {
+		t.Fatal(err)
+	}
+	settled := versions()
+	consistently(t, "no write once settled", 3*time.Second, func() error {
+		if err := readAll(); err != nil {
+			return err
+		}
+		if now := versions(); !slices.Equal(now, settled) {
+			return fmt.Errorf("resource versions %v, were %v", now, settled)
+		}
+		return nil
+	})
+
+	// A spec change rolls the StatefulSet: the drain period is in its
+	// pods' args and grace period.
+	update(t, ns, "shared", &v1alpha1.BusPool{}, func(p *v1alpha1.BusPool) { p.Spec.DrainPeriod = nil })
+	eventually(t, "the default drain", func() error {
+		if err := get(ns, "shared-pool", sts); err != nil {
+			return err
+		}
+		if g := sts.Spec.Template.Spec.TerminationGracePeriodSeconds; g == nil || *g != 30 || !slices.Contains(sts.Spec.Template.Spec.Containers[0].Args, "5s") {
+			return fmt.Errorf("grace %v, args %v", g, sts.Spec.Template.Spec.Containers[0].Args)
+		}
+		return nil
+	})
+}
+
+// TestBusPoolUnreachableCluster: a pool whose cluster cannot be reached
+// says so, and its replicas' objects are made meanwhile.
+func TestBusPoolUnreachableCluster(t *testing.T) {
+	ns := newNamespace(t)
+	create(t, newBusPool(ns, "far", "nats://127.0.0.1:1"))
+	p := &v1alpha1.BusPool{}
+	waitCondition(t, ns, "far", p, busPoolGen, v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonClusterUnreachable)
+	if c := findCondition(p.Status.Conditions, v1alpha1.ConditionClusterReady); c == nil || !strings.Contains(c.Message, "127.0.0.1:1") {
+		t.Errorf("ClusterReady %+v: want the URL that failed", c)
+	}
+	mustGet(t, ns, "far-pool", &appsv1.StatefulSet{})
+}
+
+// startFakePoolPod creates a ready replica pod of the pool, as kubelet
+// would report it.
+func startFakePoolPod(t *testing.T, ns, poolName, name string) {
+	t.Helper()
+	p := &v1alpha1.BusPool{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: poolName}}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: poolLabels(p)},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "bus", Image: testBusImage}}},
+	}
+	create(t, pod)
+	setPodStatus(t, ns, name, corev1.PodStatus{
+		Phase: corev1.PodRunning, PodIP: "127.0.0.1", PodIPs: []corev1.PodIP{{IP: "127.0.0.1"}},
+		Conditions: []corev1.PodCondition{
+			{Type: corev1.PodScheduled, Status: corev1.ConditionTrue},
+			{Type: corev1.PodReady, Status: corev1.ConditionTrue},
+		},
+	})
+}
+
+// markPoolReady plays the StatefulSet controller: ready of the pool's
+// replicas are ready.
+func markPoolReady(t *testing.T, ns, poolName string, ready int32) {
+	t.Helper()
+	eventually(t, "mark the pool's StatefulSet ready", func() error {
+		sts := &appsv1.StatefulSet{}
+		if err := get(ns, poolName+"-pool", sts); err != nil {
+			return err
+		}
+		sts.Status = appsv1.StatefulSetStatus{ObservedGeneration: sts.Generation, Replicas: *sts.Spec.Replicas, ReadyReplicas: ready,
+			AvailableReplicas: ready, CurrentReplicas: *sts.Spec.Replicas, UpdatedReplicas: *sts.Spec.Replicas}
+		return k8s.Status().Update(context.Background(), sts)
+	})
+}

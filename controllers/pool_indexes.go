@@ -1,0 +1,89 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/storybus/storybus/api/v1alpha1"
+)
+
+// Field indexes of the pools.
+const (
+	// indexTenantPool indexes Tenants by the BusPool they name
+	// (spec.pool) and the one their document is in (status.pool), as
+	// <namespace>/<name>.
+	indexTenantPool = "pool"
+	// indexPoolWorkspace indexes Tenants by the same pools and their
+	// workspace id, as <namespace>/<name>/<workspace>: the Tenants that
+	// would share one key of a pool's bucket.
+	indexPoolWorkspace = "poolWorkspace"
+	// indexPoolSecrets indexes BusPools by the Secrets they name: their
+	// NATS credentials and TLS key pair.
+	indexPoolSecrets = "poolSecrets"
+)
+
+func addPoolIndexes(ctx context.Context, fi client.FieldIndexer) error {
+	if err := fi.IndexField(ctx, &v1alpha1.Tenant{}, indexTenantPool, func(o client.Object) []string {
+		var out []string
+		for _, k := range tenantPools(o.(*v1alpha1.Tenant)) {
+			out = append(out, k.String())
+		}
+		return out
+	}); err != nil {
+		return err
+	}
+	if err := fi.IndexField(ctx, &v1alpha1.Tenant{}, indexPoolWorkspace, func(o client.Object) []string {
+		t := o.(*v1alpha1.Tenant)
+		var out []string
+		for _, k := range tenantPools(t) {
+			out = append(out, poolWorkspaceKey(k, t.EffectiveWorkspaceID()))
+		}
+		return out
+	}); err != nil {
+		return err
+	}
+	return fi.IndexField(ctx, &v1alpha1.BusPool{}, indexPoolSecrets, func(o client.Object) []string {
+		p := o.(*v1alpha1.BusPool)
+		var out []string
+		if ref := p.Spec.NATS.CredentialsSecretRef; ref != nil {
+			out = append(out, ref.Name)
+		}
+		if p.Spec.TLS != nil {
+			out = append(out, p.Spec.TLS.SecretName)
+		}
+		return out
+	})
+}
+
+// tenantPools are the pools t names and is placed on, without duplicates.
+func tenantPools(t *v1alpha1.Tenant) []types.NamespacedName {
+	var out []types.NamespacedName
+	if ns, name, ok := t.PoolKey(); ok {
+		out = append(out, types.NamespacedName{Namespace: ns, Name: name})
+	}
+	if pl := t.Status.Pool; pl != nil {
+		k := types.NamespacedName{Namespace: pl.Namespace, Name: pl.Name}
+		if len(out) == 0 || out[0] != k {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// poolWorkspaceKey is the indexPoolWorkspace value of workspace ws on pool.
+func poolWorkspaceKey(pool types.NamespacedName, ws string) string {
+	return pool.String() + "/" + ws
+}
+
+// tenantsNamingPool lists the Tenants, in every namespace, that name pool
+// or are placed on it.
+func tenantsNamingPool(ctx context.Context, c client.Reader, pool types.NamespacedName) ([]v1alpha1.Tenant, error) {
+	var l v1alpha1.TenantList
+	if err := c.List(ctx, &l, client.MatchingFields{indexTenantPool: pool.String()}); err != nil {
+		return nil, fmt.Errorf("list the tenants of pool %s: %w", pool, err)
+	}
+	return l.Items, nil
+}

@@ -1,0 +1,507 @@
+package controllers
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	config "github.com/storybus/storybus/api/config/v1alpha1"
+	"github.com/storybus/storybus/api/v1alpha1"
+	"github.com/storybus/storybus/bus"
+	"github.com/storybus/storybus/bus/pool"
+	"github.com/storybus/storybus/bus/store"
+)
+
+// poolReplica is one replica of a pool run in this process as serve
+// --pool runs it: a bus on the pool's cluster serving the pool's
+// workspaces as they are put there, and its publish API on loopback.
+type poolReplica struct {
+	srv *bus.Server
+	url string
+}
+
+// startPoolReplica runs replica name of pool poolName on the cluster at
+// natsURL until the test ends, and returns once it has applied what the
+// pool holds.
+func startPoolReplica(t *testing.T, natsURL, poolName, name string) *poolReplica {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan *bus.Server, 1)
+	done := make(chan error, 1)
+	log := slog.New(slog.DiscardHandler)
+	go func() {
+		done <- bus.Run(ctx, bus.RunOptions{NATSURL: natsURL, Replicas: 1, Bus: bus.Options{Logger: log, RequestTimeout: 10 * time.Second}},
+			func(ctx context.Context, srv *bus.Server) error {
+				p, err := pool.Open(ctx, srv.Store().JS, poolName, 1)
+				if err != nil {
+					return err
+				}
+				synced := make(chan struct{})
+				served := make(chan error, 1)
+				go func() { served <- p.Serve(ctx, name, srv, log, func() { close(synced) }) }()
+				select {
+				case <-synced:
+				case err := <-served:
+					return err
+				}
+				ready <- srv
+				return <-served
+			})
+	}()
+	var srv *bus.Server
+	select {
+	case srv = <-ready:
+	case err := <-done:
+		cancel()
+		t.Fatalf("replica %s ended: %v", name, err)
+	case <-time.After(waitFor):
+		cancel()
+		t.Fatalf("replica %s did not sync within %s", name, waitFor)
+	}
+	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(func() {
+		hs.Close()
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("replica %s: %v", name, err)
+		}
+	})
+	return &poolReplica{srv: srv, url: hs.URL}
+}
+
+// token asks the replica for a token of workspace ws; "" with the status
+// when it issues none.
+func (r *poolReplica) token(ws, clientID, secret string) (string, int) {
+	req, _ := http.NewRequest(http.MethodPost, r.url+"/v1/tenants/"+ws+"/tokens", strings.NewReader("grant_type=client_credentials"))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.SetBasicAuth(url.QueryEscape(clientID), url.QueryEscape(secret))
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", 0
+	}
+	defer res.Body.Close()
+	var tr struct {
+		AccessToken string `json:"access_token"`
+	}
+	_ = json.NewDecoder(res.Body).Decode(&tr)
+	if res.StatusCode != http.StatusOK {
+		return "", res.StatusCode
+	}
+	return tr.AccessToken, res.StatusCode
+}
+
+// publish sends a fresh snapshot to ws with token and returns the answer.
+func (r *poolReplica) publish(ws, token string) (int, string) {
+	body := fmt.Sprintf(`{"som_version":"1.0","message_id":%q,"message_type":"story.context","system_id":"cms","timestamp":"2026-12-01T09:00:00Z","payload":{"story_id":%q,"sequence_number":1,"state":"draft","headline":"Pooled"}}`,
+		uuid.NewString(), "story-"+uuid.NewString()[:8])
+	req, _ := http.NewRequest(http.MethodPost, r.url+"/v1/tenants/"+ws+"/messages", bytes.NewReader([]byte(body)))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+token)
+	res, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res.StatusCode, string(b)
+}
+
+// publishWith gets a token with the credentials and publishes; the status
+// is the token endpoint's when it issues none.
+func (r *poolReplica) publishWith(ws, clientID, secret string) int {
+	tok, status := r.token(ws, clientID, secret)
+	if tok == "" {
+		return status
+	}
+	status, _ = r.publish(ws, tok)
+	return status
+}
+
+// TestPooledTenant places a Tenant on a BusPool whose replica runs in this
+// process against a real NATS server: the operator makes no bus of the
+// Tenant's own, writes its compiled configuration (signing key inline)
+// into the pool's bucket, and the Tenant is Ready once the replica reports
+// it in force; its first publish is answered 202 without a restart; a
+// rotated secret is in force on the replica; a refusing replica is
+// reported with its error; and deleting the Tenant removes its key, stops
+// the replica serving it and, under deletionPolicy delete, deletes its
+// stream on the cluster.
+func TestPooledTenant(t *testing.T) {
+	nats, st := startPoolCluster(t)
+	ns := newNamespace(t)
+	ctx := context.Background()
+	create(t, newBusPool(ns, "shared", nats.ClientURL()))
+	bp := &v1alpha1.BusPool{}
+	waitCondition(t, ns, "shared", bp, busPoolGen, v1alpha1.ConditionClusterReady, metav1.ConditionTrue, v1alpha1.ReasonClusterConnected)
+	poolName := ns + "_shared"
+	replica := startPoolReplica(t, nats.ClientURL(), poolName, "shared-pool-0")
+	startFakePoolPod(t, ns, "shared", "shared-pool-0")
+	sp, err := pool.Open(ctx, st.JS, poolName, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Onboarding: the Tenant, its Connection and Grant, then publish
+	// until the replica accepts.
+	start := time.Now()
+	create(t, newTenant(ns, "brand", func(tn *v1alpha1.Tenant) {
+		tn.Spec.Pool = &v1alpha1.PoolReference{Name: "shared"}
+		tn.Spec.DeletionPolicy = v1alpha1.DeletionPolicyDelete
+	}))
+	create(t, newConnection(ns, "cms", "brand"))
+	create(t, newGrant(ns, "cms-publish", "cms", &v1alpha1.PublishGrant{SystemIDs: []string{"cms"}, MessageTypes: []string{"story.context"}}, nil))
+	var clientID, secret string
+	eventually(t, "the first publish answered 202", func() error {
+		sec := &corev1.Secret{}
+		if err := get(ns, "cms-credentials", sec); err != nil {
+			return err
+		}
+		clientID, secret = string(sec.Data[v1alpha1.CredentialsClientIDKey]), string(sec.Data[v1alpha1.CredentialsClientSecretKey])
+		if s := replica.publishWith("brand", clientID, secret); s != http.StatusAccepted {
+			return fmt.Errorf("publish: %d", s)
+		}
+		return nil
+	})
+	firstAccepted := time.Since(start)
+	t.Logf("a pooled Tenant: created to its first publish answered 202 in %s", firstAccepted.Round(time.Millisecond))
+	if firstAccepted > 30*time.Second {
+		t.Errorf("onboarding took %s", firstAccepted)
+	}
+
+	tn := &v1alpha1.Tenant{}
+	waitCondition(t, ns, "brand", tn, tenantGen, v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonReady)
+	t.Logf("created to Ready in %s", time.Since(start).Round(time.Millisecond))
+	if c := findCondition(tn.Status.Conditions, v1alpha1.ConditionPoolReady); c == nil || c.Status != metav1.ConditionTrue || c.Reason != v1alpha1.ReasonPlaced {
+		t.Errorf("PoolReady %+v", c)
+	}
+	if want := "http://shared-pool." + ns + ".svc.cluster.local:8080/v1/tenants/brand"; tn.Status.Endpoint != want {
+		t.Errorf("endpoint %q, want %q", tn.Status.Endpoint, want)
+	}
+	if tn.Status.Replicas != 3 || tn.Status.ReadyReplicas != 1 || tn.Status.LoadedConfigHash != tn.Status.ConfigHash {
+		t.Errorf("replicas %d/%d, loaded %q, compiled %q", tn.Status.ReadyReplicas, tn.Status.Replicas, tn.Status.LoadedConfigHash, tn.Status.ConfigHash)
+	}
+	// The document in the bucket is the compiled configuration, its
+	// signing key inline, and its hash is the one the replica reports.
+	e, err := sp.Documents.Get(ctx, "brand")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := config.Parse(e.Value())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if doc.Hash != tn.Status.ConfigHash || doc.SigningKey == "" || doc.SigningKeyFile != "" || len(doc.Connections) != 1 {
+		t.Errorf("document: hash %q (compiled %q), signing key inline %v, file %q, %d connections",
+			doc.Hash, tn.Status.ConfigHash, doc.SigningKey != "", doc.SigningKeyFile, len(doc.Connections))
+	}
+	if pl := tn.Status.Pool; pl == nil || pl.Name != "shared" || pl.DocumentHash != config.DocumentHash(e.Value()) {
+		t.Errorf("status.pool %+v, document %s", pl, config.DocumentHash(e.Value()))
+	}
+	statuses, err := sp.StatusesOf(ctx, "brand")
+	if err != nil || statuses["shared-pool-0"].Hash != config.DocumentHash(e.Value()) {
+		t.Errorf("the replica reports %+v (%v)", statuses, err)
+	}
+	// No bus of its own.
+	consistently(t, "no bus of the Tenant's own", time.Second, func() error {
+		if err := gone(ns, "brand-bus", &appsv1.StatefulSet{}); err != nil {
+			return err
+		}
+		return gone(ns, "brand-bus", &corev1.Service{})
+	})
+	waitCondition(t, ns, "cms", &v1alpha1.Connection{}, connectionGen, v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonReady)
+	eventually(t, "the pool counts the Tenant", func() error {
+		if err := get(ns, "shared", bp); err != nil {
+			return err
+		}
+		if bp.Status.Tenants != 1 || len(bp.Status.ReplicaStatuses) != 1 || bp.Status.ReplicaStatuses[0].Workspaces != 1 {
+			return fmt.Errorf("tenants %d, replicas %+v", bp.Status.Tenants, bp.Status.ReplicaStatuses)
+		}
+		return nil
+	})
+
+	t.Run("a rotated secret is in force on the replica", func(t *testing.T) {
+		oldToken, _ := replica.token("brand", clientID, secret)
+		if oldToken == "" {
+			t.Fatal("no token with the current secret")
+		}
+		rotated := time.Now()
+		update(t, ns, "cms", &v1alpha1.Connection{}, func(c *v1alpha1.Connection) { c.Spec.Credentials.Rotate++ })
+		var newSecret string
+		eventually(t, "the rotated secret is in force", func() error {
+			sec := &corev1.Secret{}
+			if err := get(ns, "cms-credentials", sec); err != nil {
+				return err
+			}
+			if newSecret = string(sec.Data[v1alpha1.CredentialsClientSecretKey]); newSecret == secret {
+				return errNotYet
+			}
+			if s, body := replica.publish("brand", oldToken); s != http.StatusUnauthorized || !strings.Contains(body, "auth.token.revoked") {
+				return fmt.Errorf("the old token: %d %s", s, body)
+			}
+			if s := replica.publishWith("brand", clientID, newSecret); s != http.StatusAccepted {
+				return fmt.Errorf("the new secret: %d", s)
+			}
+			return nil
+		})
+		t.Logf("rotation requested to in force on the replica in %s", time.Since(rotated).Round(time.Millisecond))
+		if s := replica.publishWith("brand", clientID, secret); s != http.StatusUnauthorized {
+			t.Errorf("the old secret after the rotation: %d, want 401", s)
+		}
+		waitCondition(t, ns, "brand", tn, tenantGen, v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonReady)
+		secret = newSecret
+	})
+
+	t.Run("a replica that refuses the document is named with its error", func(t *testing.T) {
+		if err := get(ns, "brand", tn); err != nil {
+			t.Fatal(err)
+		}
+		hash := tn.Status.Pool.DocumentHash
+		// A second ready replica that refused the document: what a
+		// replica writes when the document does not apply there.
+		startFakePoolPod(t, ns, "shared", "shared-pool-1")
+		b, _ := json.Marshal(pool.Status{Hash: "sha256:previous", Refused: hash, Error: "policy brand: rego_parse_error", At: time.Now()})
+		if _, err := sp.Statuses.Put(ctx, "brand.shared-pool-1", b); err != nil {
+			t.Fatal(err)
+		}
+		waitCondition(t, ns, "brand", tn, tenantGen, v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonConfigurationRefused)
+		if c := findCondition(tn.Status.Conditions, v1alpha1.ConditionConfigurationLoaded); c == nil || !strings.Contains(c.Message, "shared-pool-1") ||
+			!strings.Contains(c.Message, "rego_parse_error") {
+			t.Errorf("ConfigurationLoaded %+v: want the replica and its error", c)
+		}
+		if tn.Status.LoadedConfigHash != "" {
+			t.Errorf("loadedConfigHash %q while a ready replica refuses it", tn.Status.LoadedConfigHash)
+		}
+		// The replica goes: every ready replica serves it again.
+		if err := k8s.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "shared-pool-1"}}); err != nil {
+			t.Fatal(err)
+		}
+		waitCondition(t, ns, "brand", tn, tenantGen, v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonReady)
+	})
+
+	t.Run("deleting the Tenant stops serving it and deletes its data", func(t *testing.T) {
+		if _, err := st.JS.Stream(ctx, store.StreamName("brand")); err != nil {
+			t.Fatalf("the workspace's stream before the deletion: %v", err)
+		}
+		deleted := time.Now()
+		if err := k8s.Delete(ctx, newTenant(ns, "brand")); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "the replica stops serving the workspace", func() error {
+			if _, ok := replica.srv.Config("brand"); ok {
+				return errNotYet
+			}
+			return nil
+		})
+		t.Logf("deleted to no longer served in %s", time.Since(deleted).Round(time.Millisecond))
+		eventually(t, "the Tenant, its key and its stream are gone", func() error {
+			if err := gone(ns, "brand", &v1alpha1.Tenant{}); err != nil {
+				return err
+			}
+			if _, err := sp.Documents.Get(ctx, "brand"); !errors.Is(err, jetstream.ErrKeyNotFound) {
+				return fmt.Errorf("the key: %v", err)
+			}
+			if _, err := st.JS.Stream(ctx, store.StreamName("brand")); !errors.Is(err, jetstream.ErrStreamNotFound) {
+				return fmt.Errorf("the stream: %v", err)
+			}
+			return nil
+		})
+		if _, status := replica.token("brand", clientID, secret); status != http.StatusForbidden {
+			t.Errorf("a token of the deleted workspace: %d, want 403 as for an unknown workspace", status)
+		}
+		waitEvent(t, ns, "Tenant", "brand", "DataDeleted")
+	})
+}
+
+// TestPoolPlacementIsExplained: a Tenant that cannot be placed says why,
+// never waiting silently: a pool that does not exist, a namespace the pool
+// does not admit (and one its selector admits once labelled), and a
+// workspace id another Tenant already holds on the pool.
+func TestPoolPlacementIsExplained(t *testing.T) {
+	nats, _ := startPoolCluster(t)
+	poolNS, other := newNamespace(t), newNamespace(t)
+	create(t, newBusPool(poolNS, "same", nats.ClientURL()))
+	create(t, newBusPool(poolNS, "selected", nats.ClientURL(), func(p *v1alpha1.BusPool) {
+		p.Spec.AllowedTenants = &v1alpha1.AllowedTenants{Namespaces: &v1alpha1.TenantNamespaces{
+			From: v1alpha1.NamespacesFromSelector, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"storybus.example/pool": "selected"}}}}
+	}))
+	onPool := func(name string) func(*v1alpha1.Tenant) {
+		return func(tn *v1alpha1.Tenant) { tn.Spec.Pool = &v1alpha1.PoolReference{Name: name, Namespace: poolNS} }
+	}
+
+	// A pooled Tenant is served over TLS and exposed by its pool.
+	err := k8s.Create(context.Background(), newTenant(other, "exposed", onPool("same"), func(tn *v1alpha1.Tenant) {
+		tn.Spec.Expose = &v1alpha1.TenantExpose{Ingress: &v1alpha1.IngressExpose{Host: "brand.example.com"}}
+	}))
+	if err == nil || !strings.Contains(err.Error(), "a pooled Tenant is served over TLS and exposed by its pool") {
+		t.Errorf("a pooled Tenant with its own spec.expose: %v, want refused by the API server", err)
+	}
+
+	create(t, newTenant(other, "missing", onPool("nowhere")))
+	tn := &v1alpha1.Tenant{}
+	waitCondition(t, other, "missing", tn, tenantGen, v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonPoolNotFound)
+	if c := findCondition(tn.Status.Conditions, v1alpha1.ConditionPoolReady); c == nil || !strings.Contains(c.Message, poolNS+"/nowhere") {
+		t.Errorf("PoolReady %+v: want the pool named", c)
+	}
+
+	create(t, newTenant(other, "outsider", onPool("same")))
+	waitCondition(t, other, "outsider", tn, tenantGen, v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonNamespaceNotAllowed)
+	if c := findCondition(tn.Status.Conditions, v1alpha1.ConditionPoolReady); c == nil || c.Reason != v1alpha1.ReasonNamespaceNotAllowed || !strings.Contains(c.Message, "Same") {
+		t.Errorf("PoolReady %+v: want NamespaceNotAllowed saying why", c)
+	}
+	if tn.Status.Pool != nil || slices.Contains(tn.Finalizers, v1alpha1.PoolFinalizer) {
+		t.Errorf("a Tenant the pool does not admit is placed: %+v, finalizers %v", tn.Status.Pool, tn.Finalizers)
+	}
+
+	create(t, newTenant(other, "candidate", onPool("selected")))
+	waitCondition(t, other, "candidate", tn, tenantGen, v1alpha1.ConditionPoolReady, metav1.ConditionFalse, v1alpha1.ReasonNamespaceNotAllowed)
+	update(t, "", other, &corev1.Namespace{}, func(n *corev1.Namespace) {
+		if n.Labels == nil {
+			n.Labels = map[string]string{}
+		}
+		n.Labels["storybus.example/pool"] = "selected"
+	})
+	waitCondition(t, other, "candidate", tn, tenantGen, v1alpha1.ConditionPoolReady, metav1.ConditionTrue, v1alpha1.ReasonPlaced)
+
+	// The same workspace id on one pool: the Tenant placed first keeps it.
+	create(t, newTenant(poolNS, "first", onPool("same"), func(tn *v1alpha1.Tenant) { tn.Spec.WorkspaceID = "desk" }))
+	waitCondition(t, poolNS, "first", tn, tenantGen, v1alpha1.ConditionPoolReady, metav1.ConditionTrue, v1alpha1.ReasonPlaced)
+	create(t, newTenant(poolNS, "second", onPool("same"), func(tn *v1alpha1.Tenant) { tn.Spec.WorkspaceID = "desk" }))
+	waitCondition(t, poolNS, "second", tn, tenantGen, v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonWorkspaceConflict)
+	if c := findCondition(tn.Status.Conditions, v1alpha1.ConditionPoolReady); c == nil || !strings.Contains(c.Message, poolNS+"/first") {
+		t.Errorf("PoolReady %+v: want the holder named", c)
+	}
+	// The holder goes: the other takes the workspace.
+	if err := k8s.Delete(context.Background(), newTenant(poolNS, "first")); err != nil {
+		t.Fatal(err)
+	}
+	waitCondition(t, poolNS, "second", tn, tenantGen, v1alpha1.ConditionPoolReady, metav1.ConditionTrue, v1alpha1.ReasonPlaced)
+}
+
+// TestTenantMovesBetweenBusAndPool moves a Tenant with a bus of its own to
+// a pool and back: on the pool its StatefulSet and Services go and its
+// volume claim policy keeps the volume; back on a bus of its own its
+// document leaves the pool and its StatefulSet comes back, claiming the
+// same volume.
+func TestTenantMovesBetweenBusAndPool(t *testing.T) {
+	nats, st := startPoolCluster(t)
+	ns := newNamespace(t)
+	ctx := context.Background()
+	create(t, newBusPool(ns, "shared", nats.ClientURL()))
+	create(t, newTenant(ns, "desk", func(tn *v1alpha1.Tenant) { tn.Spec.DeletionPolicy = v1alpha1.DeletionPolicyDelete }))
+	sts := &appsv1.StatefulSet{}
+	mustGet(t, ns, "desk-bus", sts)
+	if p := sts.Spec.PersistentVolumeClaimRetentionPolicy; p == nil || p.WhenDeleted != appsv1.DeletePersistentVolumeClaimRetentionPolicyType {
+		t.Fatalf("retention %+v: the test needs a bus whose volumes go with its StatefulSet", p)
+	}
+
+	// A finalizer of the test's holds the StatefulSet once deleted, so
+	// that the test sees what the operator deleted.
+	const hold = "storybus.test/hold"
+	update(t, ns, "desk-bus", &appsv1.StatefulSet{}, func(s *appsv1.StatefulSet) { s.Finalizers = append(s.Finalizers, hold) })
+
+	update(t, ns, "desk", &v1alpha1.Tenant{}, func(tn *v1alpha1.Tenant) { tn.Spec.Pool = &v1alpha1.PoolReference{Name: "shared"} })
+	tn := &v1alpha1.Tenant{}
+	waitCondition(t, ns, "desk", tn, tenantGen, v1alpha1.ConditionPoolReady, metav1.ConditionTrue, v1alpha1.ReasonPlaced)
+	eventually(t, "the Tenant's own bus goes, keeping its volumes", func() error {
+		if err := get(ns, "desk-bus", sts); err != nil {
+			return err
+		}
+		if sts.DeletionTimestamp.IsZero() {
+			return errNotYet
+		}
+		if p := sts.Spec.PersistentVolumeClaimRetentionPolicy; p.WhenDeleted != appsv1.RetainPersistentVolumeClaimRetentionPolicyType {
+			return fmt.Errorf("deleted with claim policy %+v", p)
+		}
+		if err := gone(ns, "desk-bus", &corev1.Service{}); err != nil {
+			return err
+		}
+		return gone(ns, "desk-bus-ops", &corev1.Service{})
+	})
+	update(t, ns, "desk-bus", &appsv1.StatefulSet{}, func(s *appsv1.StatefulSet) {
+		s.Finalizers = slices.DeleteFunc(s.Finalizers, func(f string) bool { return f == hold })
+	})
+	sp, err := pool.Open(ctx, st.JS, ns+"_shared", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sp.Documents.Get(ctx, "desk"); err != nil {
+		t.Fatalf("the document on the pool: %v", err)
+	}
+
+	update(t, ns, "desk", &v1alpha1.Tenant{}, func(tn *v1alpha1.Tenant) { tn.Spec.Pool = nil })
+	eventually(t, "back on a bus of its own", func() error {
+		if err := get(ns, "desk", tn); err != nil {
+			return err
+		}
+		if tn.Status.Pool != nil || findCondition(tn.Status.Conditions, v1alpha1.ConditionPoolReady) != nil || slices.Contains(tn.Finalizers, v1alpha1.PoolFinalizer) {
+			return fmt.Errorf("status.pool %+v, conditions %+v, finalizers %v", tn.Status.Pool, tn.Status.Conditions, tn.Finalizers)
+		}
+		if _, err := sp.Documents.Get(ctx, "desk"); !errors.Is(err, jetstream.ErrKeyNotFound) {
+			return fmt.Errorf("the document on the pool: %v", err)
+		}
+		sts := &appsv1.StatefulSet{}
+		if err := get(ns, "desk-bus", sts); err != nil {
+			return err
+		}
+		if !sts.DeletionTimestamp.IsZero() || sts.Spec.VolumeClaimTemplates[0].Name != dataVolume {
+			return fmt.Errorf("the StatefulSet: deleting %v, claims %v", sts.DeletionTimestamp, sts.Spec.VolumeClaimTemplates)
+		}
+		return nil
+	})
+}
+
+// TestPoolDocumentInlinesKeyFiles: the pool's document is the compiled
+// file with the key files it names inline, and a file the Secret does not
+// hold yet waits for it rather than placing a document without it.
+func TestPoolDocumentInlinesKeyFiles(t *testing.T) {
+	file := []byte(`apiVersion: bus.storybus.io/v1alpha1
+kind: WorkspaceConfig
+workspace: brand
+signingKeyFile: /etc/storybus/config/signingKey
+connections:
+- name: cms
+  iam:
+    accessKeyID: AKIAEXAMPLE
+    secretAccessKeyFile: /etc/storybus/config/iam.cms.secretAccessKey
+configHash: sha256:compiled
+`)
+	files := map[string][]byte{
+		"signingKey":                []byte("0123456789abcdef0123456789abcdef\n"),
+		"iam.cms.secretAccessKey":   []byte("wJalrXUtnFEMI/K7MDENG\n"),
+		"iam.other.secretAccessKey": []byte("not named"),
+	}
+	doc, hash, err := poolDocument(file, files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := config.Parse(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	iam := w.Connections[0].IAM
+	if hash != "sha256:compiled" || w.Hash != hash || w.SigningKey != "0123456789abcdef0123456789abcdef" || w.SigningKeyFile != "" ||
+		iam.SecretAccessKey != "wJalrXUtnFEMI/K7MDENG" || iam.SecretAccessKeyFile != "" {
+		t.Errorf("document %s (hash %s)", doc, hash)
+	}
+	delete(files, "iam.cms.secretAccessKey")
+	if _, _, err := poolDocument(file, files); !errors.Is(err, errPhasesDone) {
+		t.Errorf("a key file the Secret lacks: %v, want to wait for it", err)
+	}
+}

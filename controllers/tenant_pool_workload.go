@@ -1,0 +1,140 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	"github.com/storybus/storybus/api/v1alpha1"
+)
+
+// +kubebuilder:rbac:groups="",resources=services,verbs=delete
+// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=delete
+// +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=patch;delete
+// +kubebuilder:rbac:groups=bus.storybus.io,resources=buspools,verbs=get;list;watch
+
+// reconcilePooled is the workload controller's part for a Tenant placed on
+// a pool: the pool's replicas serve it, so the Tenant's own bus, if it had
+// one, goes (its StatefulSet, Services, PodDisruptionBudget,
+// NetworkPolicy and routes; its volumes stay, and serve it again if it
+// comes back to a bus of its own), and its externalEndpoint is the pool's
+// with the workspace's path. The conditions that describe a bus of its own
+// are removed.
+func (r *TenantWorkloadReconciler) reconcilePooled(ctx context.Context, t *v1alpha1.Tenant) (_ ctrl.Result, err error) {
+	before := t.DeepCopy()
+	defer func() {
+		err = errors.Join(err, workloadStatus.write(ctx, r.Client, r.Recorder, t, before))
+	}()
+	for _, typ := range []string{v1alpha1.ConditionCertificateReady, v1alpha1.ConditionVolumeExpansion, v1alpha1.ConditionExposed, v1alpha1.ConditionMonitored} {
+		meta.RemoveStatusCondition(&t.Status.Conditions, typ)
+	}
+	if c := meta.FindStatusCondition(t.Status.Conditions, v1alpha1.ConditionAvailable); c != nil && isConflict(*c) {
+		meta.RemoveStatusCondition(&t.Status.Conditions, v1alpha1.ConditionAvailable)
+	}
+	ext, err := r.pooledExternalEndpoint(ctx, t)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	t.Status.ExternalEndpoint = ext
+	return ctrl.Result{}, r.stopOwnBus(ctx, t)
+}
+
+// pooledExternalEndpoint is the pool's external base URL with the
+// workspace's path; "" when the pool is not exposed or not there.
+func (r *TenantWorkloadReconciler) pooledExternalEndpoint(ctx context.Context, t *v1alpha1.Tenant) (string, error) {
+	ns, name, _ := t.PoolKey()
+	p := &v1alpha1.BusPool{}
+	switch err := r.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, p); {
+	case apierrors.IsNotFound(err):
+		return "", nil
+	case err != nil:
+		return "", fmt.Errorf("get buspool %s/%s: %w", ns, name, err)
+	}
+	base := poolExternalEndpoint(p)
+	if base == "" {
+		return "", nil
+	}
+	return base + "/v1/tenants/" + t.EffectiveWorkspaceID(), nil
+}
+
+// stopOwnBus deletes the objects of a bus of the Tenant's own that it
+// controls. The StatefulSet's volume claims are kept whatever the deletion
+// policy: the policy applies when the Tenant is deleted.
+func (r *TenantWorkloadReconciler) stopOwnBus(ctx context.Context, t *v1alpha1.Tenant) error {
+	sts := &appsv1.StatefulSet{}
+	switch err := r.Get(ctx, types.NamespacedName{Namespace: t.Namespace, Name: busName(t)}, sts); {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return fmt.Errorf("get statefulset %s: %w", busName(t), err)
+	case controlledBy(sts, t):
+		if p := sts.Spec.PersistentVolumeClaimRetentionPolicy; p != nil && p.WhenDeleted == appsv1.DeletePersistentVolumeClaimRetentionPolicyType {
+			orig := sts.DeepCopy()
+			p.WhenDeleted = appsv1.RetainPersistentVolumeClaimRetentionPolicyType
+			if err := r.Patch(ctx, sts, client.MergeFrom(orig)); err != nil {
+				return fmt.Errorf("keep the volumes of statefulset %s: %w", busName(t), err)
+			}
+		}
+		if err := r.Delete(ctx, sts); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("delete statefulset %s: %w", busName(t), err)
+		}
+		r.Recorder.Eventf(t, nil, corev1.EventTypeNormal, "BusStopped", "Delete",
+			"the Tenant is placed on BusPool %s: its own bus is stopped, its volumes kept", t.Spec.Pool.Name)
+	}
+	objects := []struct {
+		obj  client.Object
+		name string
+	}{
+		{&corev1.Service{}, busName(t)},
+		{&corev1.Service{}, opsServiceName(t)},
+		{&policyv1.PodDisruptionBudget{}, busName(t)},
+		{&networkingv1.NetworkPolicy{}, busName(t)},
+		{&networkingv1.Ingress{}, busName(t)},
+	}
+	if r.gatewayAPI {
+		objects = append(objects, struct {
+			obj  client.Object
+			name string
+		}{&gatewayv1.HTTPRoute{}, busName(t)})
+	}
+	for _, o := range objects {
+		err := r.Get(ctx, types.NamespacedName{Namespace: t.Namespace, Name: o.name}, o.obj)
+		switch {
+		case apierrors.IsNotFound(err):
+			continue
+		case err != nil:
+			return fmt.Errorf("get %T %s: %w", o.obj, o.name, err)
+		case !controlledBy(o.obj, t):
+			continue
+		}
+		if err := r.Delete(ctx, o.obj); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("delete %T %s: %w", o.obj, o.name, err)
+		}
+	}
+	return nil
+}
+
+// tenantsOfPoolSpec maps a BusPool to the Tenants that name it: their
+// externalEndpoint is the pool's.
+func (r *TenantWorkloadReconciler) tenantsOfPoolSpec(ctx context.Context, o client.Object) []reconcile.Request {
+	l, err := tenantsNamingPool(ctx, r.Client, client.ObjectKeyFromObject(o))
+	if err != nil {
+		return nil
+	}
+	out := make([]reconcile.Request, 0, len(l))
+	for _, t := range l {
+		out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&t)})
+	}
+	return out
+}
