@@ -49,7 +49,9 @@ import (
 //     mountPath P becomes <root>/P/…, as the container's mount namespace
 //     would resolve it; TMPDIR points at the /tmp mount;
 //   - each containerPort is a free loopback port, and an arg ":<port>"
-//     listens there, as a port-forward would reach it.
+//     listens there, as a port-forward would reach it;
+//   - an env var from the downward API's metadata.name is the pod's name,
+//     <statefulset>-0, and $(VAR) in an arg is expanded from the env.
 //
 // Then: the sample message is accepted with the sample credentials; a Grant
 // narrowed by the user refuses it within seconds of the ConfigMap reaching
@@ -223,8 +225,8 @@ func (p *pod) rewritePaths(s string) string {
 	return strings.NewReplacer(pairs...).Replace(s)
 }
 
-// startPod runs the first container of the StatefulSet's pod template and
-// waits for its readiness probe to pass.
+// startPod runs the first container of the StatefulSet's pod template, as
+// its pod <statefulSet>-0, and waits for its readiness probe to pass.
 func startPod(t *testing.T, ns, statefulSet string) *pod {
 	t.Helper()
 	sts := &appsv1.StatefulSet{}
@@ -242,19 +244,31 @@ func startPod(t *testing.T, ns, statefulSet string) *pod {
 		p.ports[cp.Name] = addr
 		hostPorts[":"+strconv.Itoa(int(cp.ContainerPort))] = addr
 	}
+	// The environment, and $(NAME) in the args expanded from it as kubelet
+	// does. Of the downward API, the pod's name: the StatefulSet's first
+	// pod, <name>-0.
+	env := []string{"TMPDIR=" + p.hostPath("/tmp")}
+	vars := map[string]string{}
+	for _, e := range c.Env {
+		value := p.rewritePaths(e.Value)
+		if e.ValueFrom != nil {
+			if f := e.ValueFrom.FieldRef; f == nil || f.FieldPath != "metadata.name" {
+				t.Fatalf("env %s: this valueFrom is not played by this test", e.Name)
+			}
+			value = statefulSet + "-0"
+		}
+		vars["$("+e.Name+")"] = value
+		env = append(env, e.Name+"="+value)
+	}
 	args := make([]string, len(c.Args))
 	for i, a := range c.Args {
 		if addr, ok := hostPorts[a]; ok {
 			a = addr
 		}
-		args[i] = p.hostPath(a)
-	}
-	env := []string{"TMPDIR=" + p.hostPath("/tmp")}
-	for _, e := range c.Env {
-		if e.ValueFrom != nil {
-			t.Fatalf("env %s: valueFrom is not played by this test", e.Name)
+		if v, ok := vars[a]; ok {
+			a = v
 		}
-		env = append(env, e.Name+"="+p.rewritePaths(e.Value))
+		args[i] = p.hostPath(a)
 	}
 
 	cmd := exec.Command(buildStorybus(t), args...)

@@ -505,3 +505,36 @@ configHash: sha256:compiled
 		t.Errorf("a key file the Secret lacks: %v, want to wait for it", err)
 	}
 }
+
+// TestPoolReplicaAsTheOperatorRunsIt runs a pool replica exactly as the
+// StatefulSet the operator writes says (the storybus binary, its args and
+// environment, the pod's name from the downward API), against a real NATS
+// server: once a Tenant is placed it becomes ready, reports the Tenant's
+// document under its pod's name, and answers the Tenant's publish 202.
+func TestPoolReplicaAsTheOperatorRunsIt(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the storybus binary")
+	}
+	nats, _ := startPoolCluster(t)
+	ns := newNamespace(t)
+	create(t, newBusPool(ns, "shared", nats.ClientURL()))
+	create(t, newTenant(ns, "brand", func(tn *v1alpha1.Tenant) { tn.Spec.Pool = &v1alpha1.PoolReference{Name: "shared"} }))
+	create(t, newConnection(ns, "cms", "brand"))
+	create(t, newGrant(ns, "cms-publish", "cms", &v1alpha1.PublishGrant{SystemIDs: []string{"cms"}, MessageTypes: []string{"story.context"}}, nil))
+	tn := &v1alpha1.Tenant{}
+	waitCondition(t, ns, "brand", tn, tenantGen, v1alpha1.ConditionPoolReady, metav1.ConditionTrue, v1alpha1.ReasonPlaced)
+
+	// startPod waits for the replica's readiness probe: a replica is
+	// ready once it serves a workspace.
+	p := startPod(t, ns, "shared-pool")
+	startFakePoolPod(t, ns, "shared", "shared-pool-0")
+	waitCondition(t, ns, "brand", tn, tenantGen, v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonReady)
+	replica := &poolReplica{url: "http://" + p.ports["http"]}
+	clientID, secret := credentials(t, ns, "cms")
+	eventually(t, "the replica accepts the Tenant's publish", func() error {
+		if s := replica.publishWith("brand", clientID, secret); s != http.StatusAccepted {
+			return fmt.Errorf("publish: %d", s)
+		}
+		return nil
+	})
+}
