@@ -59,8 +59,16 @@ type poolClients struct {
 	// pool controller and the BusPool controller.
 	tenantEvents, poolEvents chan event.TypedGenericEvent[poolEvent]
 
-	mu      sync.Mutex
-	clients map[types.NamespacedName]*poolClient
+	mu    sync.Mutex
+	slots map[types.NamespacedName]*poolSlot
+}
+
+// poolSlot holds one pool's connection. Its lock is held while the
+// connection is made, so that a pool whose cluster is slow to answer holds
+// up only the reconciles of that pool.
+type poolSlot struct {
+	mu     sync.Mutex
+	client *poolClient
 }
 
 func newPoolClients() *poolClients {
@@ -69,7 +77,7 @@ func newPoolClients() *poolClients {
 		base: ctx, stop: stop,
 		tenantEvents: make(chan event.TypedGenericEvent[poolEvent], 1024),
 		poolEvents:   make(chan event.TypedGenericEvent[poolEvent], 1024),
-		clients:      map[types.NamespacedName]*poolClient{},
+		slots:        map[types.NamespacedName]*poolSlot{},
 	}
 }
 
@@ -78,10 +86,16 @@ func (c *poolClients) Start(ctx context.Context) error {
 	<-ctx.Done()
 	c.stop()
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	for k, pc := range c.clients {
-		pc.close()
-		delete(c.clients, k)
+	slots := c.slots
+	c.slots = map[types.NamespacedName]*poolSlot{}
+	c.mu.Unlock()
+	for _, sl := range slots {
+		sl.mu.Lock()
+		if sl.client != nil {
+			sl.client.close()
+			sl.client = nil
+		}
+		sl.mu.Unlock()
 	}
 	return nil
 }
@@ -127,20 +141,29 @@ func (c *poolClients) forPool(ctx context.Context, secrets *Secrets, bp *v1alpha
 	identity := strings.Join([]string{bp.Spec.NATS.URL, hex.EncodeToString(sum[:]), bp.PoolName(), strconv.Itoa(int(bp.EffectiveStreamReplicas()))}, "|")
 	key := types.NamespacedName{Namespace: bp.Namespace, Name: bp.Name}
 
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if pc := c.clients[key]; pc != nil {
+	sl := c.slot(key)
+	sl.mu.Lock()
+	defer sl.mu.Unlock()
+	if pc := sl.client; pc != nil {
 		if pc.identity == identity && !pc.nc.IsClosed() {
 			return pc, nil
 		}
 		pc.close()
-		delete(c.clients, key)
+		sl.client = nil
 	}
 	pc, err := c.dial(ctx, key, identity, bp, creds)
 	if err != nil {
 		return nil, err
 	}
-	c.clients[key] = pc
+	c.mu.Lock()
+	forgotten := c.slots[key] != sl
+	c.mu.Unlock()
+	if forgotten {
+		// The pool went while this connection was made.
+		pc.close()
+		return nil, fmt.Errorf("BusPool %s is gone", key)
+	}
+	sl.client = pc
 	return pc, nil
 }
 
@@ -148,11 +171,30 @@ func (c *poolClients) forPool(ctx context.Context, secrets *Secrets, bp *v1alpha
 // gone.
 func (c *poolClients) forget(key types.NamespacedName) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if pc := c.clients[key]; pc != nil {
-		pc.close()
-		delete(c.clients, key)
+	sl := c.slots[key]
+	delete(c.slots, key)
+	c.mu.Unlock()
+	if sl == nil {
+		return
 	}
+	sl.mu.Lock()
+	defer sl.mu.Unlock()
+	if sl.client != nil {
+		sl.client.close()
+		sl.client = nil
+	}
+}
+
+// slot returns the pool key's slot, made on first use.
+func (c *poolClients) slot(key types.NamespacedName) *poolSlot {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	sl := c.slots[key]
+	if sl == nil {
+		sl = &poolSlot{}
+		c.slots[key] = sl
+	}
+	return sl
 }
 
 func (c *poolClients) dial(ctx context.Context, key types.NamespacedName, identity string, bp *v1alpha1.BusPool, creds []byte) (*poolClient, error) {
