@@ -194,7 +194,9 @@ func New(o Options) *Server {
 // Apply serves the workspace configuration, adding the workspace or
 // replacing its configuration in place without interrupting requests: it
 // builds what the configuration needs (build), then swaps it in (swapIn).
-// A configuration that fails to build leaves the workspace as it was.
+// A configuration that fails to build leaves the workspace as it was. A
+// failure of the store's rather than the configuration's is marked
+// store.ErrUnavailable: the same configuration may apply later.
 func (s *Server) Apply(ctx context.Context, cfg *config.Workspace) error {
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("workspace %q: %w", cfg.ID, err)
@@ -220,7 +222,7 @@ func (s *Server) build(ctx context.Context, cfg *config.Workspace) (ws *workspac
 		// The store first: should it fail, the policy and the configuration
 		// both stay as they were.
 		if _, err := s.opts.Store.OpenWorkspace(ctx, cfg.ID, cfg.IdempotencyWindow.Duration, s.opts.TopicRetention); err != nil {
-			return nil, false, err
+			return nil, false, store.Unavailable(err)
 		}
 		if err := ws.policy.Update(ctx, cfg); err != nil {
 			return nil, false, fmt.Errorf("workspace %q: %w", cfg.ID, err)
@@ -233,7 +235,7 @@ func (s *Server) build(ctx context.Context, cfg *config.Workspace) (ws *workspac
 	}
 	sw, err := s.opts.Store.OpenWorkspace(ctx, cfg.ID, cfg.IdempotencyWindow.Duration, s.opts.TopicRetention)
 	if err != nil {
-		return nil, false, err
+		return nil, false, store.Unavailable(err)
 	}
 	// Published messages carry the request's trace context for their
 	// consumers; with tracing on, every store operation is a span too.
@@ -249,7 +251,7 @@ func (s *Server) build(ctx context.Context, cfg *config.Workspace) (ws *workspac
 	// counted from the first request on.
 	limiter, err := s.openLimiter(ctx, sw)
 	if err != nil {
-		return nil, false, fmt.Errorf("workspace %q: %w", cfg.ID, err)
+		return nil, false, fmt.Errorf("workspace %q: %w", cfg.ID, store.Unavailable(err))
 	}
 	ws = &workspace{id: cfg.ID, policy: engine, limiter: limiter, core: publish.New(sw, s.opts.Store.JS, publish.Options{
 		StoreClock:     s.opts.StoreClock,
@@ -265,7 +267,7 @@ func (s *Server) build(ctx context.Context, cfg *config.Workspace) (ws *workspac
 	started := time.Now()
 	rec, err := ws.core.Recover(ctx)
 	if err != nil {
-		return nil, false, fmt.Errorf("workspace %q: rebuilding records from the topic: %w", cfg.ID, err)
+		return nil, false, fmt.Errorf("workspace %q: rebuilding records from the topic: %w", cfg.ID, store.Unavailable(err))
 	}
 	if rec.Messages > 0 {
 		s.log.Info("checked the records of the topic's latest messages", "workspace", cfg.ID, "read_since", rec.From, "messages", rec.Messages, "took", time.Since(started).Round(time.Millisecond).String())

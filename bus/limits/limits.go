@@ -146,13 +146,15 @@ func Open(ctx context.Context, js jetstream.JetStream, workspace string, o Optio
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      BucketName(workspace),
-		Description: "storybus rate limit and daily quota counters of workspace " + workspace,
-		History:     1,
-		TTL:         7 * 24 * time.Hour,
-		Storage:     jetstream.FileStorage,
-		Replicas:    o.Replicas,
+	kv, err := store.CreateOrUpdate(ctx, func(ctx context.Context) (jetstream.KeyValue, error) {
+		return js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket:      BucketName(workspace),
+			Description: "storybus rate limit and daily quota counters of workspace " + workspace,
+			History:     1,
+			TTL:         7 * 24 * time.Hour,
+			Storage:     jetstream.FileStorage,
+			Replicas:    o.Replicas,
+		})
 	})
 	if err != nil {
 		return nil, fmt.Errorf("limits bucket of %s: %w", workspace, err)

@@ -26,6 +26,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	config "github.com/storybus/storybus/api/config/v1alpha1"
+	"github.com/storybus/storybus/bus/store"
 )
 
 // Bucket is the key-value bucket of pool name's workspace documents.
@@ -46,7 +47,9 @@ type Status struct {
 	// replica refused the document and serves none of the workspace.
 	Hash string `json:"hash,omitempty"`
 	// Refused is the hash of a document the replica refused, and Error
-	// why; the document before it, if any, stays in force.
+	// why; the document before it, if any, stays in force. A document
+	// that failed in the store is reported so too until it applies: the
+	// replica applies it again.
 	Refused string `json:"refused,omitempty"`
 	Error   string `json:"error,omitempty"`
 	// At is when the replica wrote this status.
@@ -69,23 +72,27 @@ func Open(ctx context.Context, js jetstream.JetStream, name string, replicas int
 	if replicas < 1 {
 		replicas = 1
 	}
-	docs, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:       Bucket(name),
-		Description:  "storybus pool " + name + ": one compiled workspace configuration per key",
-		History:      1,
-		MaxValueSize: MaxDocumentBytes,
-		Storage:      jetstream.FileStorage,
-		Replicas:     replicas,
+	docs, err := store.CreateOrUpdate(ctx, func(ctx context.Context) (jetstream.KeyValue, error) {
+		return js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket:       Bucket(name),
+			Description:  "storybus pool " + name + ": one compiled workspace configuration per key",
+			History:      1,
+			MaxValueSize: MaxDocumentBytes,
+			Storage:      jetstream.FileStorage,
+			Replicas:     replicas,
+		})
 	})
 	if err != nil {
 		return nil, fmt.Errorf("pool %s's documents bucket: %w", name, err)
 	}
-	statuses, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      StatusBucket(name),
-		Description: "storybus pool " + name + ": what each replica has in force, per workspace",
-		History:     1,
-		Storage:     jetstream.FileStorage,
-		Replicas:    replicas,
+	statuses, err := store.CreateOrUpdate(ctx, func(ctx context.Context) (jetstream.KeyValue, error) {
+		return js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket:      StatusBucket(name),
+			Description: "storybus pool " + name + ": what each replica has in force, per workspace",
+			History:     1,
+			Storage:     jetstream.FileStorage,
+			Replicas:    replicas,
+		})
 	})
 	if err != nil {
 		return nil, fmt.Errorf("pool %s's status bucket: %w", name, err)
@@ -148,27 +155,55 @@ func (p *Pool) StatusesOf(ctx context.Context, id string) (map[string]Status, er
 }
 
 // Target is what a replica does with the pool's workspaces: a bus server.
+// An Apply failure marked store.ErrUnavailable is the store's, not the
+// document's: Serve applies the document again later.
 type Target interface {
 	Apply(ctx context.Context, cfg *config.Workspace) error
 	Remove(ctx context.Context, id string)
 }
 
+// The waits before a document whose Apply failed in the store is applied
+// again: doubled after each failure, from the first to the longest.
+const (
+	firstRetryWait = time.Second
+	maxRetryWait   = 30 * time.Second
+)
+
 // Serve keeps target serving the pool's workspaces until ctx ends:
 // every document in the pool, then every change, applied as it comes. A
 // document that does not parse or apply is reported in the status bucket
 // under this replica's name and leaves the workspace as it was; the other
-// workspaces are not touched. synced, when set, is called once the
-// documents the pool held at the start are applied.
+// workspaces are not touched. One that failed in the store (a stream the
+// cluster did not create in time, the cluster out of reach) is applied
+// again later, until it applies or the pool holds another document for
+// the workspace. synced, when set, is called once the documents the pool
+// held at the start have been applied once.
 func (p *Pool) Serve(ctx context.Context, replica string, target Target, log *slog.Logger, synced func()) error {
 	w, err := p.Documents.WatchAll(ctx)
 	if err != nil {
 		return fmt.Errorf("watch pool %s: %w", p.Name, err)
 	}
 	defer func() { _ = w.Stop() }()
+	// again holds the documents to apply again, by workspace, once retry
+	// fires.
+	again := map[string]jetstream.KeyValueEntry{}
+	var retry <-chan time.Time
+	wait := firstRetryWait
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-retry:
+			for id, e := range again {
+				if !p.handle(ctx, replica, target, e, log) {
+					delete(again, id)
+				}
+			}
+			retry = nil
+			if len(again) > 0 {
+				wait = min(2*wait, maxRetryWait)
+				retry = time.After(wait)
+			}
 		case e, ok := <-w.Updates():
 			if !ok {
 				return fmt.Errorf("pool %s's watch ended", p.Name)
@@ -181,12 +216,24 @@ func (p *Pool) Serve(ctx context.Context, replica string, target Target, log *sl
 				}
 				continue
 			}
-			p.handle(ctx, replica, target, e, log)
+			// A newer document, or the workspace's removal, replaces one
+			// waiting to be applied again.
+			delete(again, e.Key())
+			if p.handle(ctx, replica, target, e, log) {
+				again[e.Key()] = e
+				if retry == nil {
+					wait = firstRetryWait
+					retry = time.After(wait)
+				}
+			}
 		}
 	}
 }
 
-func (p *Pool) handle(ctx context.Context, replica string, target Target, e jetstream.KeyValueEntry, log *slog.Logger) {
+// handle applies one change of the pool and reports what it did in the
+// status bucket. It reports whether the change is to be applied again:
+// its Apply failed in the store.
+func (p *Pool) handle(ctx context.Context, replica string, target Target, e jetstream.KeyValueEntry, log *slog.Logger) (again bool) {
 	id := e.Key()
 	statusKey := id + "." + replica
 	if e.Operation() != jetstream.KeyValuePut {
@@ -195,7 +242,7 @@ func (p *Pool) handle(ctx context.Context, replica string, target Target, e jets
 			log.Warn("could not clear a removed workspace's status", "pool", p.Name, "workspace", id, "error", err)
 		}
 		log.Info("pool workspace removed", "pool", p.Name, "workspace", id)
-		return
+		return false
 	}
 	hash := config.DocumentHash(e.Value())
 	cfg, err := config.Parse(e.Value())
@@ -205,9 +252,15 @@ func (p *Pool) handle(ctx context.Context, replica string, target Target, e jets
 	if err == nil {
 		err = target.Apply(ctx, cfg)
 	}
+	again = errors.Is(err, store.ErrUnavailable)
 	st := Status{At: time.Now().UTC()}
-	if err != nil {
+	switch {
+	case again:
+		log.Error("pool workspace not applied: the store failed; applying it again later", "pool", p.Name, "workspace", id, "error", err)
+	case err != nil:
 		log.Error("pool workspace refused; the previous configuration stays in force", "pool", p.Name, "workspace", id, "error", err)
+	}
+	if err != nil {
 		if prev, ok := p.status(ctx, statusKey); ok {
 			st.Hash = prev.Hash
 		}
@@ -219,6 +272,7 @@ func (p *Pool) handle(ctx context.Context, replica string, target Target, e jets
 	if _, err := p.Statuses.Put(ctx, statusKey, b); err != nil {
 		log.Warn("could not report a workspace's status", "pool", p.Name, "workspace", id, "error", err)
 	}
+	return again
 }
 
 func (p *Pool) status(ctx context.Context, key string) (Status, bool) {

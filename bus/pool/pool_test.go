@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +20,7 @@ import (
 	config "github.com/storybus/storybus/api/config/v1alpha1"
 	"github.com/storybus/storybus/bus"
 	"github.com/storybus/storybus/bus/pool"
+	"github.com/storybus/storybus/bus/store"
 	"github.com/storybus/storybus/internal/storetest"
 	"github.com/storybus/storybus/internal/testutil"
 )
@@ -215,5 +218,86 @@ func TestPoolReplicasServeThePoolsWorkspaces(t *testing.T) {
 	})
 	if s := a.publish(t, "brand-1"); s != http.StatusForbidden {
 		t.Fatalf("a removed workspace's token request: %d, want 403 as for an unknown workspace", s)
+	}
+}
+
+// fakeTarget is a Target of function fields.
+type fakeTarget struct {
+	apply  func(ctx context.Context, cfg *config.Workspace) error
+	remove func(ctx context.Context, id string)
+}
+
+var _ pool.Target = (*fakeTarget)(nil)
+
+func (f *fakeTarget) Apply(ctx context.Context, cfg *config.Workspace) error {
+	return f.apply(ctx, cfg)
+}
+func (f *fakeTarget) Remove(ctx context.Context, id string) { f.remove(ctx, id) }
+
+// TestAStoreFailureIsAppliedAgain: a document whose Apply failed in the
+// store (store.ErrUnavailable: the cluster did not create a stream in
+// time, say) is applied again until it is in force, and reported so; one
+// the target refused for itself is not applied again.
+func TestAStoreFailureIsAppliedAgain(t *testing.T) {
+	_, st := storetest.Embedded(t)
+	ctx := context.Background()
+	p, err := pool.Open(ctx, st.JS, "retried", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	applied := map[string]int{}
+	target := &fakeTarget{
+		apply: func(_ context.Context, cfg *config.Workspace) error {
+			mu.Lock()
+			defer mu.Unlock()
+			applied[cfg.ID]++
+			switch {
+			case cfg.ID == "flaky" && applied[cfg.ID] <= 2:
+				return fmt.Errorf("workspace %q: %w", cfg.ID, store.Unavailable(context.DeadlineExceeded))
+			case cfg.ID == "refused":
+				return errors.New("a module that does not compile")
+			}
+			return nil
+		},
+		remove: func(context.Context, string) {},
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- p.Serve(runCtx, "r", target, slog.New(slog.DiscardHandler), nil) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	flaky, err := p.Put(ctx, workspace("flaky"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Put(ctx, workspace("refused")); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, "the flaky workspace in force after the store's failures", 30*time.Second, func() error {
+		got, err := p.StatusesOf(ctx, "flaky")
+		if err != nil {
+			return err
+		}
+		if got["r"].Hash != flaky || got["r"].Error != "" {
+			return fmt.Errorf("status %+v", got["r"])
+		}
+		return nil
+	})
+	got, err := p.StatusesOf(ctx, "refused")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got["r"].Refused == "" || got["r"].Error == "" {
+		t.Fatalf("the refused document's status: %+v", got["r"])
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if applied["flaky"] != 3 || applied["refused"] != 1 {
+		t.Fatalf("applied %v: want flaky 3 times, refused once", applied)
 	}
 }

@@ -115,3 +115,24 @@ func IsWrongLastSequence(err error) bool {
 	return apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
 		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
 }
+
+// ErrUnavailable marks a failure that is the store's, not its caller's:
+// the cluster out of reach, an answer that did not come, a stream it
+// would not create. The same operation may succeed later, unchanged.
+// Unavailable marks an error so.
+var ErrUnavailable = errors.New("store unavailable")
+
+// Unavailable marks err, the failure of an operation on the store, with
+// ErrUnavailable; its text stays err's.
+func Unavailable(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &unavailableError{err: err}
+}
+
+type unavailableError struct{ err error }
+
+func (e *unavailableError) Error() string        { return e.err.Error() }
+func (e *unavailableError) Unwrap() error        { return e.err }
+func (e *unavailableError) Is(target error) bool { return target == ErrUnavailable }

@@ -233,7 +233,7 @@ func (s *Store) OpenWorkspace(ctx context.Context, workspace string, window, ret
 	for _, opt := range opts {
 		opt(&o)
 	}
-	stream, err := s.JS.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	topic := jetstream.StreamConfig{
 		Name:        StreamName(workspace),
 		Description: "storybus topic of workspace " + workspace,
 		Subjects:    []string{"som." + workspace + ".>"},
@@ -244,6 +244,9 @@ func (s *Store) OpenWorkspace(ctx context.Context, workspace string, window, ret
 		Duplicates:  DuplicateWindow,
 		MaxAge:      retention,
 		AllowDirect: true,
+	}
+	stream, err := CreateOrUpdate(ctx, func(ctx context.Context) (jetstream.Stream, error) {
+		return s.JS.CreateOrUpdateStream(ctx, topic)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("topic stream of %s: %w", workspace, err)
@@ -266,14 +269,17 @@ func (s *Store) openRecords(ctx context.Context, workspace string, window time.D
 	if s.recordsLossWindow > 0 && !durable {
 		cfg.PersistMode = jetstream.AsyncPersistMode
 	}
-	existing, err := s.JS.Stream(ctx, cfg.Name)
-	switch {
-	case errors.Is(err, jetstream.ErrStreamNotFound):
-		_, err = s.JS.CreateStream(ctx, cfg)
-	case err == nil:
+	_, err := CreateOrUpdate(ctx, func(ctx context.Context) (jetstream.Stream, error) {
+		existing, err := s.JS.Stream(ctx, cfg.Name)
+		switch {
+		case errors.Is(err, jetstream.ErrStreamNotFound):
+			return s.JS.CreateStream(ctx, cfg)
+		case err != nil:
+			return nil, err
+		}
 		cfg.PersistMode = existing.CachedInfo().Config.PersistMode
-		_, err = s.JS.UpdateStream(ctx, cfg)
-	}
+		return s.JS.UpdateStream(ctx, cfg)
+	})
 	if err != nil {
 		return nil, 0, err
 	}

@@ -1,6 +1,8 @@
 // Package storetest starts the store for tests: a real embedded
 // JetStream in the test's temporary directory, and a connection to it,
-// both closed when the test ends.
+// both closed when the test ends; or a cluster of separately started
+// nats-server processes on loopback whose nodes a test can stop and
+// start again.
 package storetest
 
 import (

@@ -1,0 +1,192 @@
+package storetest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/storybus/storybus/bus/store"
+	"github.com/storybus/storybus/internal/testutil"
+)
+
+// NATSServer builds the nats-server that go.mod requires into the
+// repository's bin/ (git-ignored; the build cache makes it cheap after
+// the first time) and returns its path. root is the repository's root,
+// relative to the test's package directory.
+func NATSServer(t testing.TB, root string) string {
+	t.Helper()
+	root, err := filepath.Abs(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(root, "bin", "nats-server")
+	cmd := exec.Command("go", "build", "-o", bin, "github.com/nats-io/nats-server/v2")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build nats-server: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// Cluster is nats-server processes clustered with JetStream on loopback,
+// each with its own store directory and ports, which a test can stop and
+// start again (on the same directory and ports) to lose a node. The
+// processes are killed when the test ends.
+type Cluster struct {
+	t     testing.TB
+	bin   string
+	nodes []*clusterNode
+}
+
+type clusterNode struct {
+	name    string
+	dir     string
+	client  string // host:port of NATS clients
+	route   string // host:port of the other nodes' routes
+	monitor string // host:port of the monitoring endpoints (/healthz)
+	routes  string // every node's route URL, comma-separated
+	cmd     *exec.Cmd
+	done    chan struct{}
+	logs    *testutil.SyncBuffer
+}
+
+// StartCluster starts n clustered JetStream servers of the nats-server
+// binary bin and returns once JetStream answers with a meta leader.
+func StartCluster(t testing.TB, bin string, n int) *Cluster {
+	t.Helper()
+	c := &Cluster{t: t, bin: bin}
+	var routes []string
+	for i := range n {
+		node := &clusterNode{name: fmt.Sprintf("n%d", i), dir: t.TempDir(),
+			client: testutil.FreeAddr(t), route: testutil.FreeAddr(t), monitor: testutil.FreeAddr(t)}
+		routes = append(routes, "nats://"+node.route)
+		c.nodes = append(c.nodes, node)
+	}
+	for i, node := range c.nodes {
+		node.routes = strings.Join(routes, ",")
+		c.start(i)
+	}
+	t.Cleanup(func() {
+		for _, node := range c.nodes {
+			if node.cmd != nil {
+				_ = node.cmd.Process.Kill()
+				<-node.done
+			}
+			if t.Failed() && os.Getenv("STORYBUS_TEST_LOGS") != "" {
+				t.Logf("nats-server %s:\n%s", node.name, node.logs.String())
+			}
+		}
+	})
+	c.WaitReady(60 * time.Second)
+	return c
+}
+
+func (c *Cluster) start(i int) {
+	c.t.Helper()
+	node := c.nodes[i]
+	host, port, _ := net.SplitHostPort(node.client)
+	_, mport, _ := net.SplitHostPort(node.monitor)
+	cmd := exec.Command(c.bin, "-js", "-sd", node.dir, "-a", host, "-p", port, "-m", mport,
+		"-n", node.name, "--cluster_name", "storybus",
+		"--cluster", "nats://"+node.route, "--routes", node.routes)
+	if node.logs == nil {
+		node.logs = &testutil.SyncBuffer{}
+	}
+	cmd.Stdout, cmd.Stderr = node.logs, node.logs
+	if err := cmd.Start(); err != nil {
+		c.t.Fatal(err)
+	}
+	node.cmd, node.done = cmd, make(chan struct{})
+	done := node.done
+	go func() { _ = cmd.Wait(); close(done) }()
+}
+
+// URLs are the nodes' client URLs.
+func (c *Cluster) URLs() []string {
+	var urls []string
+	for _, node := range c.nodes {
+		urls = append(urls, "nats://"+node.client)
+	}
+	return urls
+}
+
+// URL is every node's client URL, comma-separated, as --nats-url takes it.
+func (c *Cluster) URL() string { return strings.Join(c.URLs(), ",") }
+
+// Stop stops node i with sig and waits until it has exited: SIGTERM is
+// nats-server's graceful stop, which hands the node's leaderships over
+// first; SIGKILL loses the node at once.
+func (c *Cluster) Stop(i int, sig syscall.Signal) {
+	c.t.Helper()
+	node := c.nodes[i]
+	if node.cmd == nil {
+		return
+	}
+	_ = node.cmd.Process.Signal(sig)
+	select {
+	case <-node.done:
+	case <-time.After(60 * time.Second):
+		c.t.Fatalf("nats-server %s did not stop within 60s of %v", node.name, sig)
+	}
+	node.cmd = nil
+}
+
+// Start starts node i again after Stop, on its directory and ports, and
+// returns once its JetStream is current with the cluster (its /healthz
+// answers 200).
+func (c *Cluster) Start(i int) {
+	c.t.Helper()
+	c.start(i)
+	c.waitHealthy(i, 60*time.Second)
+}
+
+// WaitReady waits until every running node is healthy and JetStream
+// answers with a meta leader.
+func (c *Cluster) WaitReady(within time.Duration) {
+	c.t.Helper()
+	for i, node := range c.nodes {
+		if node.cmd != nil {
+			c.waitHealthy(i, within)
+		}
+	}
+	testutil.Eventually(c.t, "the NATS cluster's JetStream answers", within, func() error {
+		st, err := store.Connect(store.Options{URL: c.URL(), Replicas: len(c.nodes)})
+		if err != nil {
+			return err
+		}
+		defer st.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		return st.Ping(ctx)
+	})
+}
+
+func (c *Cluster) waitHealthy(i int, within time.Duration) {
+	c.t.Helper()
+	node := c.nodes[i]
+	hc := &http.Client{Timeout: 2 * time.Second}
+	testutil.Eventually(c.t, "nats-server "+node.name+" healthy", within, func() error {
+		select {
+		case <-node.done:
+			c.t.Fatalf("nats-server %s exited:\n%s", node.name, node.logs.String())
+		default:
+		}
+		res, err := hc.Get("http://" + node.monitor + "/healthz")
+		if err != nil {
+			return err
+		}
+		res.Body.Close()
+		if res.StatusCode != http.StatusOK {
+			return fmt.Errorf("/healthz %d", res.StatusCode)
+		}
+		return nil
+	})
+}
