@@ -325,9 +325,23 @@ func (s *Server) workspace(id string) (*workspace, bool) {
 // Handler returns the publish API.
 func (s *Server) Handler() http.Handler { return s.engine }
 
+// closeWhileDraining asks the client to close its connection after this
+// answer once the bus is draining (Drain): its next request opens a new
+// connection, which the load balancer gives a replica that is not
+// stopping. Connections idle when the drain starts are left open rather
+// than closed under a client that may be sending on one at that moment
+// (http.Server.SetKeepAlivesEnabled(false) would close them at once): the
+// next answer on each closes it, and the end of the drain closes the rest.
+func (s *Server) closeWhileDraining(c *gin.Context) {
+	if s.draining.Load() {
+		c.Header("Connection", "close")
+	}
+	c.Next()
+}
+
 func (s *Server) routes() *gin.Engine {
 	r := NewEngine(s.opts.TrustedProxies)
-	r.Use(s.track, s.recovery)
+	r.Use(s.closeWhileDraining, s.track, s.recovery)
 	r.NoRoute(missingAuthenticationToken)
 	r.NoMethod(missingAuthenticationToken)
 	v1 := r.Group("/v1/tenants/:tenant")

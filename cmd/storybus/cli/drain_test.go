@@ -1,9 +1,11 @@
 package cli
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -16,7 +18,9 @@ import (
 
 // TestServeDrainsBeforeItStops proves a stopping bus fails readiness at
 // once and goes on answering for its drain period, so that a Service's
-// endpoints can take it out before it stops listening; then it exits.
+// endpoints can take it out before it stops listening, each answer
+// closing its connection, and a connection idle when the drain began
+// still answered; then it exits.
 func TestServeDrainsBeforeItStops(t *testing.T) {
 	const drain = 5 * time.Second
 	o := ServeOptions{Listen: "127.0.0.1:0", OpsListen: "127.0.0.1:0", DataDir: t.TempDir(), Sync: SyncAlways, DrainPeriod: drain}
@@ -53,6 +57,29 @@ func TestServeDrainsBeforeItStops(t *testing.T) {
 		return nil
 	})
 
+	// A keep-alive connection, idle when the drain starts.
+	idle, err := net.Dial("tcp", api)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer idle.Close()
+	idleReader := bufio.NewReader(idle)
+	ask := func() (*http.Response, error) {
+		if _, err := idle.Write([]byte("GET /v1/tenants/newsroom/messages HTTP/1.1\r\nHost: bus\r\n\r\n")); err != nil {
+			return nil, err
+		}
+		_ = idle.SetReadDeadline(time.Now().Add(10 * time.Second))
+		res, err := http.ReadResponse(idleReader, nil)
+		if err == nil {
+			_, _ = io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+		}
+		return res, err
+	}
+	if res, err := ask(); err != nil || res.Close {
+		t.Fatalf("before the stop: %v, closing %v", err, res != nil && res.Close)
+	}
+
 	stopped := time.Now()
 	stop()
 	testutil.Eventually(t, "/readyz fails once the bus is stopping", drain, func() error {
@@ -65,6 +92,11 @@ func TestServeDrainsBeforeItStops(t *testing.T) {
 	// without a token is refused as usual, not a refused connection.
 	if s, err := status("http://" + api + "/v1/tenants/newsroom/messages"); err != nil || s == 0 {
 		t.Fatalf("the publish port while draining: %d %v", s, err)
+	}
+	// The idle connection was not closed under its client: its next
+	// request is answered, and the answer closes it.
+	if res, err := ask(); err != nil || !res.Close || res.StatusCode != http.StatusForbidden {
+		t.Fatalf("the idle connection's request while draining: %v %v, want 403 with Connection: close", res, err)
 	}
 	select {
 	case err := <-done:

@@ -429,10 +429,10 @@ func serveHTTP(ctx context.Context, o ServeOptions, cfgs []*config.Workspace, sr
 	select {
 	case <-ctx.Done():
 		// Stopping: not ready from now on, answering what still arrives
-		// (without keep-alive, so clients reconnect to another replica)
-		// until the load balancers have taken the bus out.
+		// (each answer closing its connection, so that clients reconnect
+		// to another replica) until the load balancers have taken the bus
+		// out.
 		srv.Drain()
-		api.SetKeepAlivesEnabled(false)
 		if o.DrainPeriod > 0 {
 			log.Info("stopping: not ready, draining", "drainPeriod", o.DrainPeriod.String())
 			select {
