@@ -41,6 +41,12 @@ type Options struct {
 	// (Error.NeedsAlert): 400, 413, a reused message_id, a 401 after a
 	// fresh token, 403.
 	OnAlert func(*Error)
+	// OnRetry, when set, is called with every failed attempt that the
+	// client is about to send again: a 429 or 5xx answer, no answer at
+	// all, or a 401 retried once with a fresh token. It sees what
+	// producers meet while a bus is restarted or its store recovers
+	// (metrics, logs, the upgrade prober), and must not block.
+	OnRetry func(*Error)
 }
 
 // Client publishes SOM messages with the documented retry discipline. It is
@@ -54,6 +60,7 @@ type Client struct {
 	clock   Clock
 	jitter  func() float64
 	onAlert func(*Error)
+	onRetry func(*Error)
 
 	mu      sync.Mutex
 	stories map[string][]chan struct{} // the turns waiting per story; the head's is closed
@@ -98,7 +105,7 @@ func New(o Options) (*Client, error) {
 	}
 	c := &Client{
 		ep: ep, tokens: o.Tokens, timeout: o.AttemptTimeout, retry: o.Retry.withDefaults(),
-		outbox: o.Outbox, clock: o.Clock, jitter: o.Jitter, onAlert: o.OnAlert,
+		outbox: o.Outbox, clock: o.Clock, jitter: o.Jitter, onAlert: o.OnAlert, onRetry: o.OnRetry,
 		stories: map[string][]chan struct{}{}, refused: newLRU[refusedSnapshot](maxRefused, 0),
 	}
 	if c.timeout <= 0 {
@@ -251,6 +258,12 @@ func (c *Client) send(ctx context.Context, m *Message) (*Result, *Error) {
 		e.MessageID, e.MessageType, e.Attempts, e.snapshot = m.ID(), m.Type(), sends, m.Snapshot()
 		return nil, e
 	}
+	retrying := func(e *Error) {
+		if c.onRetry != nil {
+			e.MessageID, e.MessageType, e.Attempts, e.snapshot = m.ID(), m.Type(), sends, m.Snapshot()
+			c.onRetry(e)
+		}
+	}
 	for {
 		if err := ctx.Err(); err != nil {
 			return fail(&Error{Err: err})
@@ -276,6 +289,7 @@ func (c *Client) send(ctx context.Context, m *Message) (*Result, *Error) {
 			// Once, with a fresh token, at once.
 			c.tokens.Invalidate(tok)
 			refreshed = true
+			retrying(e)
 			continue
 		case e.Status == http.StatusUnauthorized, !e.Temporary():
 			return fail(e)
@@ -289,6 +303,7 @@ func (c *Client) send(ctx context.Context, m *Message) (*Result, *Error) {
 			return fail(e)
 		}
 		wait = max(wait, e.RetryAfter)
+		retrying(e)
 		if err := c.clock.Sleep(ctx, wait); err != nil {
 			e.Err = errors.Join(e.Err, err)
 			return fail(e)
