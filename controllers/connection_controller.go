@@ -69,7 +69,7 @@ type refsObservation struct {
 // +kubebuilder:rbac:groups=bus.storybus.io,resources=connections/finalizers,verbs=update
 
 // Reconcile keeps one Connection's credentials and status.
-func (r *ConnectionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, err error) {
+func (r *ConnectionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, err error) {
 	c := &v1alpha1.Connection{}
 	if err := r.Get(ctx, req.NamespacedName, c); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -84,7 +84,10 @@ func (r *ConnectionReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	s := &connectionScope{conn: c}
 	defer func() {
 		applyConnectionStatus(c, observeConnection(s))
-		err = errors.Join(err, patchStatus(ctx, r.Client, r.Recorder, c, before))
+		wait, perr := patchStatus(ctx, r.Client, r.Recorder, c, before)
+		if err = errors.Join(err, perr); err == nil {
+			res = lowestNonZeroResult(res, requeueAfter(wait))
+		}
 	}()
 	return doReconcile(ctx, s, noRequeue(r.resolveRefs), noRequeue(r.reconcileCredentials))
 }
@@ -292,7 +295,7 @@ func (r *ConnectionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			names = append(names, c.Name)
 		}
 		return requestsFor(o.GetNamespace(), names...)
-	}, 0).
+	}, nil).
 		// The rotate annotation is a request too.
 		For(&v1alpha1.Connection{}, builder.WithPredicates(predicate.Or[client.Object](specChanged, predicate.AnnotationChangedPredicate{}))).
 		Owns(&corev1.Secret{}).

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"k8s.io/client-go/util/workqueue"
@@ -60,18 +61,76 @@ func noRequeue[S any](f func(context.Context, S) error) phase[S] {
 func requeueAfter(d time.Duration) ctrl.Result { return ctrl.Result{RequeueAfter: d} }
 
 // coalesce is how long the configuration controller waits after a change
-// of an object it compiles before it compiles: the changes of that time
-// (a Tenant's Connections and Grants created one after the other, their
-// Secrets) make one configuration, not one each.
-const coalesce = 500 * time.Millisecond
+// of an object it compiles, with no other change of the Tenant's objects,
+// before it compiles; coalesceAtMost bounds the wait from the first change.
+// The changes of that time (a Tenant's Connections and Grants created one
+// after the other, their Secrets) make one configuration, not one each.
+const (
+	coalesce       = 500 * time.Millisecond
+	coalesceAtMost = 3 * time.Second
+)
 
-// coalesced is an event handler that enqueues the requests fn maps an
-// object to after delay. The work queue keeps a request waiting once, so
-// every event within delay of the first makes one reconcile.
-func coalesced[T any](fn func(context.Context, T) []reconcile.Request, delay time.Duration) handler.TypedEventHandler[T, reconcile.Request] {
+// coalescer enqueues a request once the events that ask for it have
+// paused for delay, and at most atMost after the first of them: a burst
+// of changes makes one reconcile. One coalescer serves every watch of a
+// controller, so the events of all the kinds a request depends on
+// coalesce together.
+type coalescer struct {
+	delay, atMost time.Duration
+	mu            sync.Mutex
+	pending       map[reconcile.Request]*pendingRequest
+}
+
+// pendingRequest is a request waiting for its events to pause.
+type pendingRequest struct {
+	first time.Time
+	timer *time.Timer
+}
+
+// newCoalescer returns a coalescer with the given pause and bound.
+func newCoalescer(delay, atMost time.Duration) *coalescer {
+	return &coalescer{delay: delay, atMost: atMost, pending: map[reconcile.Request]*pendingRequest{}}
+}
+
+// add asks for req: it is enqueued into q delay after the last ask, or
+// atMost after the first.
+func (c *coalescer) add(req reconcile.Request, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := time.Now()
+	if p, ok := c.pending[req]; ok {
+		if wait := min(c.delay, p.first.Add(c.atMost).Sub(now)); wait > 0 {
+			p.timer.Reset(wait)
+		}
+		return
+	}
+	p := &pendingRequest{first: now}
+	p.timer = time.AfterFunc(c.delay, func() {
+		c.mu.Lock()
+		mine := c.pending[req] == p
+		if mine {
+			delete(c.pending, req)
+		}
+		c.mu.Unlock()
+		// A timer reset just as it fired fires again: that second time
+		// finds the request gone (or another's) and adds nothing.
+		if mine {
+			q.Add(req)
+		}
+	})
+	c.pending[req] = p
+}
+
+// coalesced is an event handler that asks c for the requests fn maps an
+// object to; a nil c enqueues them at once.
+func coalesced[T any](c *coalescer, fn func(context.Context, T) []reconcile.Request) handler.TypedEventHandler[T, reconcile.Request] {
 	add := func(ctx context.Context, o T, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 		for _, req := range fn(ctx, o) {
-			q.AddAfter(req, delay)
+			if c == nil {
+				q.Add(req)
+			} else {
+				c.add(req, q)
+			}
 		}
 	}
 	return handler.TypedFuncs[T, reconcile.Request]{

@@ -43,7 +43,7 @@ type referenceReconciler[T statusObject] struct {
 
 // Reconcile reports whether one object's references resolve and whether
 // it is in force.
-func (r *referenceReconciler[T]) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, err error) {
+func (r *referenceReconciler[T]) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, err error) {
 	obj := r.newObject()
 	if err := r.Get(ctx, req.NamespacedName, obj); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -61,7 +61,10 @@ func (r *referenceReconciler[T]) Reconcile(ctx context.Context, req ctrl.Request
 			r.setTenant(obj, tenant)
 		}
 		setConditions(obj, obj.GetGeneration(), referenceConditions(r.kind, refs, invalid, r.validate != nil, t, obj), r.summary...)
-		err = errors.Join(err, patchStatus(ctx, r.Client, r.Recorder, obj, before))
+		wait, perr := patchStatus(ctx, r.Client, r.Recorder, obj, before)
+		if err = errors.Join(err, perr); err == nil {
+			res = lowestNonZeroResult(res, requeueAfter(wait))
+		}
 	}()
 	tenant, refs, err = r.tenantOf(ctx, obj)
 	if err != nil || refs.checked {

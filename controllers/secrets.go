@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -133,15 +132,14 @@ func (s *Secrets) Get(ctx context.Context, key client.ObjectKey, sec *corev1.Sec
 }
 
 // Watch makes b watch every Secret the operator can see, labelled or not,
-// mapped to requests by fn, enqueued after delay (0: at once; see
-// coalesced).
-func (s *Secrets) Watch(b *builder.Builder, fn handler.MapFunc, delay time.Duration) *builder.Builder {
+// mapped to requests by fn, coalesced by c (nil: enqueued at once).
+func (s *Secrets) Watch(b *builder.Builder, fn handler.MapFunc, c *coalescer) *builder.Builder {
 	return b.
-		Watches(&corev1.Secret{}, coalesced(fn, delay)).
+		Watches(&corev1.Secret{}, coalesced(c, fn)).
 		WatchesRawSource(source.Kind(s.others, secretMetadata(),
-			coalesced(func(ctx context.Context, o *metav1.PartialObjectMetadata) []reconcile.Request {
+			coalesced(c, func(ctx context.Context, o *metav1.PartialObjectMetadata) []reconcile.Request {
 				return fn(ctx, o)
-			}, delay)))
+			})))
 }
 
 // ensureManagedLabel labels sec as the operator's, so the cache holds it;

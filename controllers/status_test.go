@@ -9,8 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	"github.com/storybus/storybus/api/v1alpha1"
@@ -554,5 +558,88 @@ func TestTenantInForceChanged(t *testing.T) {
 		if got := tenantInForceChanged.Update(event.UpdateEvent{ObjectOld: base, ObjectNew: cur}); got != tc.want {
 			t.Errorf("%s: %v, want %v", name, got, tc.want)
 		}
+	}
+}
+
+// TestConditionEventsRecordFailuresNotProgress: a failure is a Warning, its
+// end is Normal, a Tenant's Ready reached or lost is recorded; progress is
+// not.
+func TestConditionEventsRecordFailuresNotProgress(t *testing.T) {
+	c := func(typ string, status metav1.ConditionStatus, reason string) metav1.Condition {
+		return metav1.Condition{Type: typ, Status: status, Reason: reason}
+	}
+	notCompiled := c(v1alpha1.ConditionInForce, metav1.ConditionFalse, v1alpha1.ReasonNotCompiled)
+	loaded := c(v1alpha1.ConditionInForce, metav1.ConditionTrue, v1alpha1.ReasonConfigurationLoaded)
+	notFound := c(v1alpha1.ConditionResolvedRefs, metav1.ConditionFalse, v1alpha1.ReasonTenantNotFound)
+	resolved := c(v1alpha1.ConditionResolvedRefs, metav1.ConditionTrue, v1alpha1.ReasonResolved)
+	waiting := c(v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonReplicasNotReady)
+	ready := c(v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonReady)
+	for name, tc := range map[string]struct {
+		obj           client.Object
+		before, after []metav1.Condition
+		want          []string
+	}{
+		"a new Connection on its way":   {obj: &v1alpha1.Connection{}, after: []metav1.Condition{resolved, notCompiled}},
+		"a Connection in force":         {obj: &v1alpha1.Connection{}, before: []metav1.Condition{resolved, notCompiled}, after: []metav1.Condition{resolved, loaded, ready}},
+		"a dangling reference":          {obj: &v1alpha1.Grant{}, after: []metav1.Condition{notFound}, want: []string{"Warning TenantNotFound"}},
+		"the reference resolves":        {obj: &v1alpha1.Grant{}, before: []metav1.Condition{notFound}, after: []metav1.Condition{resolved, notCompiled}, want: []string{"Normal Resolved"}},
+		"a Tenant waiting for replicas": {obj: &v1alpha1.Tenant{}, after: []metav1.Condition{waiting}},
+		"a Tenant Ready":                {obj: &v1alpha1.Tenant{}, before: []metav1.Condition{waiting}, after: []metav1.Condition{ready}, want: []string{"Normal Ready"}},
+		"a Tenant no longer Ready":      {obj: &v1alpha1.Tenant{}, before: []metav1.Condition{ready}, after: []metav1.Condition{waiting}, want: []string{"Warning ReplicasNotReady"}},
+		"a Connection's Ready":          {obj: &v1alpha1.Connection{}, before: []metav1.Condition{ready}, after: []metav1.Condition{waiting}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			tc.obj.SetUID(types.UID(uuid.NewString()))
+			rec := events.NewFakeRecorder(10)
+			recordConditionEvents(rec, tc.obj, tc.before, tc.after)
+			close(rec.Events)
+			var got []string
+			for e := range rec.Events {
+				typ, rest, _ := strings.Cut(e, " ")
+				reason, _, _ := strings.Cut(rest, " ")
+				got = append(got, typ+" "+reason)
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("events %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestProgressWaitsItsGrace: a status that shows only progress is written
+// once it has lasted progressGrace at one generation; a failure, or a
+// status leaving one, is written at once.
+func TestProgressWaitsItsGrace(t *testing.T) {
+	m := &progressMemo{since: map[types.UID]progressSeen{}}
+	at := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	conn := func(gen int64, cs ...metav1.Condition) *v1alpha1.Connection {
+		c := &v1alpha1.Connection{}
+		c.UID, c.Generation, c.Status.Conditions = "c1", gen, cs
+		return c
+	}
+	onWay := metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonNotCompiled}
+	failed := metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonTenantNotFound}
+	ready := metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonReady}
+
+	if w := m.wait(conn(1, onWay), conn(1), at); w != progressGrace {
+		t.Errorf("a new object's first step waits %s, want %s", w, progressGrace)
+	}
+	if w := m.wait(conn(1, onWay), conn(1), at.Add(4*time.Second)); w != progressGrace-4*time.Second {
+		t.Errorf("4 s later it waits %s", w)
+	}
+	if w := m.wait(conn(1, onWay), conn(1), at.Add(progressGrace)); w != 0 {
+		t.Errorf("after the grace it waits %s, want 0", w)
+	}
+	if w := m.wait(conn(2, onWay), conn(1, ready), at.Add(time.Minute)); w != 0 {
+		t.Errorf("a Ready object's next generation waits %s: its Ready is not progress", w)
+	}
+	if w := m.wait(conn(2, onWay), conn(2, onWay), at.Add(time.Minute)); w != progressGrace {
+		t.Errorf("a new generation's progress waits %s, want %s", w, progressGrace)
+	}
+	if w := m.wait(conn(2, failed), conn(2, onWay), at.Add(time.Minute)); w != 0 {
+		t.Errorf("a failure waits %s", w)
+	}
+	if w := m.wait(conn(2, onWay), conn(2, failed), at.Add(time.Minute)); w != 0 {
+		t.Errorf("progress after a failure waits %s: the failure would stay on show", w)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -289,6 +290,20 @@ func waitEvent(t *testing.T, ns, kind, name, reason string) {
 		}
 		return fmt.Errorf("events seen: %v", seen)
 	})
+}
+
+// noEvents fails t if the object has an Event with one of the reasons.
+func noEvents(t *testing.T, ns, kind, name string, reasons ...string) {
+	t.Helper()
+	var l eventsv1.EventList
+	if err := k8s.List(context.Background(), &l, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range l.Items {
+		if e.Regarding.Kind == kind && e.Regarding.Name == name && slices.Contains(reasons, e.Reason) {
+			t.Errorf("%s %s has an Event %s (%s): %s", kind, name, e.Reason, e.Type, e.Note)
+		}
+	}
 }
 
 // workspaceOf reads and parses the Tenant's compiled configuration.

@@ -350,21 +350,22 @@ func randomHex(n int) string {
 func (r *TenantConfigurationReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	// The objects compiled into the configuration come in bursts (a
 	// Tenant's Connections and Grants, their Secrets): one compile serves
-	// a burst.
-	return r.Secrets.Watch(ctrl.NewControllerManagedBy(mgr).Named("tenant-configuration"), r.connectionSecretToTenants, coalesce).
+	// a burst, whatever kinds it touches.
+	burst := newCoalescer(coalesce, coalesceAtMost)
+	return r.Secrets.Watch(ctrl.NewControllerManagedBy(mgr).Named("tenant-configuration"), r.connectionSecretToTenants, burst).
 		For(&v1alpha1.Tenant{}, builder.WithPredicates(tenantSpecChanged)).
 		Owns(&corev1.ConfigMap{}).
 		Owns(&corev1.Secret{}).
 		// A Connection's status writes cannot change the configuration:
 		// its credentials and their rotation time come through the Secret
 		// watch.
-		Watches(&v1alpha1.Connection{}, coalesced(func(_ context.Context, o client.Object) []reconcile.Request {
+		Watches(&v1alpha1.Connection{}, coalesced(burst, func(_ context.Context, o client.Object) []reconcile.Request {
 			return requestsFor(o.GetNamespace(), o.(*v1alpha1.Connection).Spec.TenantRef.Name)
-		}, coalesce), builder.WithPredicates(specChanged)).
-		Watches(&v1alpha1.OwnershipPolicy{}, coalesced(func(_ context.Context, o client.Object) []reconcile.Request {
+		}), builder.WithPredicates(specChanged)).
+		Watches(&v1alpha1.OwnershipPolicy{}, coalesced(burst, func(_ context.Context, o client.Object) []reconcile.Request {
 			return requestsFor(o.GetNamespace(), o.(*v1alpha1.OwnershipPolicy).Spec.TenantRef.Name)
-		}, coalesce), builder.WithPredicates(specChanged)).
-		Watches(&v1alpha1.Grant{}, coalesced(r.grantToTenant, coalesce), builder.WithPredicates(specChanged)).
+		}), builder.WithPredicates(specChanged)).
+		Watches(&v1alpha1.Grant{}, coalesced(burst, r.grantToTenant), builder.WithPredicates(specChanged)).
 		Complete(observed{kind: "Tenant", inner: r})
 }
 

@@ -114,8 +114,6 @@ func TestTenantCreate(t *testing.T) {
 		}
 	}
 
-	waitEvent(t, ns, "Tenant", "newsroom", v1alpha1.ReasonCompiled)
-	waitEvent(t, ns, "Tenant", "newsroom", v1alpha1.ReasonReplicasNotReady)
 	waitEvent(t, ns, "Tenant", "newsroom", "SigningKeyGenerated")
 
 	serveTenant(t, ns, "newsroom")
@@ -126,7 +124,10 @@ func TestTenantCreate(t *testing.T) {
 	if tn.Status.ReadyReplicas != 1 {
 		t.Errorf("readyReplicas %d", tn.Status.ReadyReplicas)
 	}
-	waitEvent(t, ns, "Tenant", "newsroom", v1alpha1.ReasonReplicasReady)
+	waitEvent(t, ns, "Tenant", "newsroom", v1alpha1.ReasonReady)
+	// Progress on the way (compiled, waiting for replicas) is in the
+	// status, not in Events.
+	noEvents(t, ns, "Tenant", "newsroom", v1alpha1.ReasonCompiled, v1alpha1.ReasonReplicasNotReady, v1alpha1.ReasonReplicasReady, v1alpha1.ReasonConfigurationNotLoaded)
 
 	// A replica that stops being ready takes Ready back to False.
 	eventually(t, "one replica unready", func() error {
@@ -137,6 +138,8 @@ func TestTenantCreate(t *testing.T) {
 		return k8s.Status().Update(context.Background(), sts)
 	})
 	waitCondition(t, ns, "newsroom", tn, tenantGen, v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonReplicasNotReady)
+	// Ready lost is a Warning.
+	waitEvent(t, ns, "Tenant", "newsroom", v1alpha1.ReasonReplicasNotReady)
 }
 
 // TestTenantUpdate proves a spec change reaches the StatefulSet and the

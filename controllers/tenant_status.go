@@ -1,7 +1,6 @@
 package controllers
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -119,8 +118,8 @@ func (p tenantStatusPart) values(st *v1alpha1.TenantStatus) (map[string]any, err
 }
 
 // write applies the part of t's status that differs from before (t as
-// read), and records an Event for each of its conditions whose status or
-// reason changed. It writes nothing when the part is as it was. A gone
+// read), and records the Events of its conditions' change
+// (recordConditionEvents). It writes nothing when the part is as it was. A gone
 // Tenant is not an error.
 func (p tenantStatusPart) write(ctx context.Context, c client.Client, rec events.EventRecorder, t, before *v1alpha1.Tenant) error {
 	now, was := p.conditions(t.Status.Conditions), p.conditions(before.Status.Conditions)
@@ -164,7 +163,7 @@ func (p tenantStatusPart) write(ctx context.Context, c client.Client, rec events
 	case err != nil:
 		return fmt.Errorf("apply status: %w", err)
 	}
-	recordConditionEvents(rec, t, changedConditions(was, now), t.Status.Conditions)
+	recordConditionEvents(rec, t, was, now)
 	return nil
 }
 
@@ -185,21 +184,30 @@ func conflictsWith(err error, manager string) bool {
 	return false
 }
 
-// recordConditionEvents records an Event on obj for every condition that
-// changed, one per reason. Ready repeats the reason of the condition that
-// decides it and says nothing more: it has an Event of its own only when
-// no other condition of all has its reason (Ready, Reconciling). A change
-// already recorded is not recorded again: a reconcile that read the object
-// from a cache not yet showing the write before it sees the same change.
-func recordConditionEvents(rec events.EventRecorder, obj client.Object, changed, all []metav1.Condition) {
-	slices.SortStableFunc(changed, func(a, b metav1.Condition) int {
-		return cmp.Compare(boolInt(a.Type == v1alpha1.ConditionReady), boolInt(b.Type == v1alpha1.ConditionReady))
-	})
+// recordConditionEvents records the Events of a status change from before
+// to after: a condition that fails (it is not True, for a reason that is
+// not one of progress) as a Warning, a condition that stops failing as
+// Normal, and a Tenant's Ready reached or lost. Progress itself (a condition appearing, a
+// wait for the next step, a step done) is in the status and records
+// nothing: at hundreds of Tenants an Event per step was most of the
+// operator's writes. Ready repeats the reason of the condition that
+// decides it and has an Event of its own only on a Tenant. A change
+// already recorded is not recorded again: a reconcile that read the
+// object from a cache not yet showing the write before it sees the same
+// change.
+func recordConditionEvents(rec events.EventRecorder, obj client.Object, before, after []metav1.Condition) {
+	_, tenant := obj.(*v1alpha1.Tenant)
 	evented := map[string]bool{}
-	for _, ch := range changed {
-		if ch.Type == v1alpha1.ConditionReady && slices.ContainsFunc(all, func(c metav1.Condition) bool {
-			return c.Type != v1alpha1.ConditionReady && c.Reason == ch.Reason
-		}) {
+	for _, ch := range changedConditions(before, after) {
+		prev := meta.FindStatusCondition(before, ch.Type)
+		failing, wasFailing := isFailure(&ch), prev != nil && isFailure(prev)
+		switch {
+		case ch.Type == v1alpha1.ConditionReady:
+			// A Tenant's Ready: when it is reached, and when it is lost.
+			if !tenant || (ch.Status != metav1.ConditionTrue && (prev == nil || prev.Status != metav1.ConditionTrue)) {
+				continue
+			}
+		case !failing && !wasFailing:
 			continue
 		}
 		if evented[ch.Reason] || !recorded.first(obj.GetUID(), ch) {
@@ -212,6 +220,28 @@ func recordConditionEvents(rec events.EventRecorder, obj client.Object, changed,
 		}
 		rec.Eventf(obj, nil, typ, ch.Reason, "Reconcile", "%s=%s: %s", ch.Type, ch.Status, ch.Message)
 	}
+}
+
+// progressReasons are the reasons of a condition that is not True only
+// because a step has not happened yet: waiting is not failing.
+var progressReasons = map[string]bool{
+	v1alpha1.ReasonReconciling:            true,
+	v1alpha1.ReasonNotCompiled:            true,
+	v1alpha1.ReasonTenantNotServing:       true,
+	v1alpha1.ReasonAwaitingConfiguration:  true,
+	v1alpha1.ReasonReplicasNotReady:       true,
+	v1alpha1.ReasonConfigurationNotLoaded: true,
+	v1alpha1.ReasonRoutePending:           true,
+	v1alpha1.ReasonIngressPending:         true,
+	v1alpha1.ReasonVolumeExpanding:        true,
+	v1alpha1.ReasonCertificateNotReady:    true,
+	v1alpha1.ReasonScaledToZero:           true,
+}
+
+// isFailure reports whether c says something is wrong: it is not True,
+// for a reason other than progress.
+func isFailure(c *metav1.Condition) bool {
+	return c.Status != metav1.ConditionTrue && !progressReasons[c.Reason]
 }
 
 // recorded remembers, by object and condition type, the status and reason

@@ -280,7 +280,7 @@ func (r *TenantWorkloadReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	b := r.Secrets.Watch(ctrl.NewControllerManagedBy(mgr).Named("tenant-workload"), func(ctx context.Context, o client.Object) []reconcile.Request {
 		return requestsFor(o.GetNamespace(), r.tenantsOfTLSSecret(ctx, o)...)
-	}, 0)
+	}, nil)
 	if r.gatewayAPI {
 		// Its status is the Exposed condition.
 		b = b.Owns(&gatewayv1.HTTPRoute{})

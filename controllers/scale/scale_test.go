@@ -43,10 +43,12 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
@@ -223,7 +225,8 @@ func TestOperatorAtScale(t *testing.T) {
 		}
 		operatorExited()
 		if time.Now().After(deadline) {
-			t.Fatalf("not all Ready after %s: %+v (%v)", time.Since(start).Round(time.Second), ready, err)
+			t.Fatalf("not all Ready after %s: %d Tenants, %d Connections, %d Grants (%v); not Ready:\n%s", time.Since(start).Round(time.Second),
+				ready.tenants, ready.connections, ready.grants, err, strings.Join(ready.notReady, "\n"))
 		}
 		time.Sleep(time.Second)
 	}
@@ -246,6 +249,17 @@ func TestOperatorAtScale(t *testing.T) {
 	t.Logf("operator CPU time: %.1f s", m["process_cpu_seconds_total"])
 	t.Logf("all Ready %s after the last create", sinceLast.Round(time.Millisecond))
 	t.Logf("operator writes until all Ready: %v, %.1f per Tenant (with its 10 Connections and Grants)", writesUntilReady, float64(writesUntilReady.total())/float64(nTenants))
+	if w, err := apiserverWrites(cfg); err == nil {
+		t.Logf("writes the API server answered until all Ready, by verb and resource (the test's own creates and status updates included): %v", w)
+	}
+	if r, err := reconciles(metricsAddr); err == nil {
+		t.Logf("reconciles until all Ready, by controller (count, seconds): %v", r)
+	}
+	if n, byReason, err := countEvents(ctx, k8s, ns); err == nil {
+		t.Logf("Events in the namespace when all Ready: %d, %.1f per Tenant %v", n, float64(n)/float64(nTenants), byReason)
+	} else {
+		t.Logf("Events not counted: %v", err)
+	}
 
 	// Steady state: a resync of everything, and the bus pods' statuses
 	// changing, write nothing.
@@ -280,6 +294,107 @@ func TestOperatorAtScale(t *testing.T) {
 	target("RSS <= 150 MiB when all Ready", m["process_resident_memory_bytes"] <= 150<<20, mib(m["process_resident_memory_bytes"]))
 	target("no writes in steady state", extra.total() == 0, extra.String())
 	target("one rotation in force <= 5 s", rotated <= 5*time.Second, rotated.Round(time.Millisecond).String())
+}
+
+// countEvents counts the Events in ns (each a write of the operator's:
+// the test records none) and how many have each reason.
+func countEvents(ctx context.Context, k8s client.Client, ns string) (int, map[string]int, error) {
+	byReason := map[string]int{}
+	n := 0
+	opts := []client.ListOption{client.InNamespace(ns), client.Limit(500)}
+	for {
+		var l eventsv1.EventList
+		if err := k8s.List(ctx, &l, opts...); err != nil {
+			return 0, nil, err
+		}
+		for _, e := range l.Items {
+			n++
+			byReason[e.Regarding.Kind+"/"+e.Reason]++
+		}
+		if l.Continue == "" {
+			return n, byReason, nil
+		}
+		opts = []client.ListOption{client.InNamespace(ns), client.Limit(500), client.Continue(l.Continue)}
+	}
+}
+
+// apiserverWrites reads the API server's apiserver_request_total: the
+// writes it answered, by verb and resource, every client's.
+func apiserverWrites(cfg *rest.Config) (map[string]float64, error) {
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return nil, err
+	}
+	res, err := hc.Get(strings.TrimSuffix(cfg.Host, "/") + "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	defer res.Body.Close()
+	out := map[string]float64{}
+	sc := bufio.NewScanner(res.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	label := func(labels, name string) string {
+		_, v, _ := strings.Cut(labels, name+`="`)
+		v, _, _ = strings.Cut(v, `"`)
+		return v
+	}
+	for sc.Scan() {
+		labels, value, ok := strings.Cut(sc.Text(), "} ")
+		if !ok || !strings.HasPrefix(labels, "apiserver_request_total{") {
+			continue
+		}
+		verb := label(labels, "verb")
+		switch verb {
+		case "GET", "LIST", "WATCH":
+			continue
+		}
+		key := verb + " " + label(labels, "resource")
+		if sub := label(labels, "subresource"); sub != "" {
+			key += "/" + sub
+		}
+		if v, err := strconv.ParseFloat(value, 64); err == nil {
+			out[key] += v
+		}
+	}
+	return out, sc.Err()
+}
+
+// reconciles reads, by controller, the reconciles so far and the seconds
+// they took, from controller-runtime's metrics.
+func reconciles(addr string) (map[string]string, error) {
+	res, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	defer res.Body.Close()
+	count, took := map[string]float64{}, map[string]float64{}
+	sc := bufio.NewScanner(res.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		into := count
+		switch {
+		case strings.HasPrefix(line, "controller_runtime_reconcile_total{"):
+		case strings.HasPrefix(line, "controller_runtime_reconcile_time_seconds_sum{"):
+			into = took
+		default:
+			continue
+		}
+		labels, value, ok := strings.Cut(line, "} ")
+		_, name, found := strings.Cut(labels, `controller="`)
+		if !ok || !found {
+			continue
+		}
+		name, _, _ = strings.Cut(name, `"`)
+		if v, err := strconv.ParseFloat(value, 64); err == nil {
+			into[name] += v
+		}
+	}
+	out := map[string]string{}
+	for name, n := range count {
+		out[name] = fmt.Sprintf("%.0f, %.1f s", n, took[name])
+	}
+	return out, sc.Err()
 }
 
 // verbs counts the operator's writes to the API server by verb.
@@ -482,7 +597,11 @@ func createTenant(ctx context.Context, k8s client.Client, ns string, i int) erro
 	return nil
 }
 
-type readiness struct{ tenants, connections, grants int }
+type readiness struct {
+	tenants, connections, grants int
+	// notReady describes a few of the objects not Ready, for the failure.
+	notReady []string
+}
 
 // countReady counts the objects whose Ready condition is True for their
 // current generation; a Tenant also needs all of its connections compiled.
@@ -526,9 +645,31 @@ func countReady(ctx context.Context, k8s client.Client, ns string) (readiness, e
 	for _, x := range gs.Items {
 		if isReady(x.Status.Conditions, x.Generation) {
 			r.grants++
+		} else if len(r.notReady) < 5 {
+			r.notReady = append(r.notReady, describeNotReady(ctx, k8s, "Grant", &x, x.Status.Tenant))
 		}
 	}
 	return r, nil
+}
+
+// describeNotReady says what an object not Ready shows, and what its
+// Tenant shows of it.
+func describeNotReady(ctx context.Context, k8s client.Client, kind string, obj v1alpha1.ConditionedObject, tenant string) string {
+	o := obj.(client.Object)
+	out := fmt.Sprintf("%s %s (generation %d, created %s): %+v", kind, o.GetName(), o.GetGeneration(), o.GetCreationTimestamp().Format(time.RFC3339), obj.GetConditions())
+	if tenant == "" {
+		tenant, _, _ = strings.Cut(o.GetName(), "-")
+	}
+	var t v1alpha1.Tenant
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: o.GetNamespace(), Name: tenant}, &t); err == nil {
+		for _, c := range t.Status.Compiled {
+			if c.Kind == kind && c.Name == o.GetName() {
+				out += fmt.Sprintf("; Tenant %s compiled it at generation %d", tenant, c.Generation)
+			}
+		}
+		out += fmt.Sprintf("; Tenant configHash %s loaded %s, configGeneration %d", t.Status.ConfigHash, t.Status.LoadedConfigHash, t.Status.ConfigGeneration)
+	}
+	return out
 }
 
 // fakeBuses answers /configz for every bus pod of the namespace: the

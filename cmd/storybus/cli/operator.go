@@ -342,8 +342,12 @@ func RunOperator(ctx context.Context, o OperatorOptions, cfg *rest.Config, log l
 		// Controller names are checked for uniqueness across the process;
 		// RunOperator may run more than once in one process (the chart's
 		// tests run two releases' operators one after the other), and one
-		// manager's kinds are distinct by construction.
-		Controller:                    ctrlconfig.Controller{MaxConcurrentReconciles: o.MaxConcurrentReconciles, SkipNameValidation: new(true)},
+		// manager's kinds are distinct by construction. The work queues
+		// are client-go's rate-limited queues, not controller-runtime's
+		// priority queue (its default since v0.23): at 100 Tenants under
+		// load, Grants that asked to be reconciled again later were, with
+		// the priority queue, never reconciled again.
+		Controller:                    ctrlconfig.Controller{MaxConcurrentReconciles: o.MaxConcurrentReconciles, SkipNameValidation: new(true), UsePriorityQueue: new(false)},
 		LeaderElection:                o.LeaderElect,
 		LeaderElectionID:              o.LeaderElectionID,
 		LeaderElectionNamespace:       cmp.Or(o.LeaderElectionNamespace, o.OperatorNamespace),
