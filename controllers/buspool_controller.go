@@ -117,7 +117,8 @@ func (r *BusPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ 
 	s := &busPoolScope{pool: p}
 	defer func() {
 		s.setStatus(r.ClusterDomain)
-		err = errors.Join(err, patchStatus(ctx, r.Client, r.Recorder, p, before))
+		_, perr := patchStatus(ctx, r.Client, r.Recorder, p, before)
+		err = errors.Join(err, perr)
 	}()
 	return doReconcile(ctx, s,
 		r.reconcileServices,
@@ -443,7 +444,7 @@ func (r *BusPoolReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return err
 	}
 	generation := builder.WithPredicates(predicate.GenerationChangedPredicate{})
-	b := r.Secrets.Watch(ctrl.NewControllerManagedBy(mgr).Named("buspool"), r.poolsOfSecret, 0)
+	b := r.Secrets.Watch(ctrl.NewControllerManagedBy(mgr).Named("buspool"), r.poolsOfSecret, nil)
 	if r.gatewayAPI {
 		b = b.Owns(&gatewayv1.HTTPRoute{})
 	}
@@ -457,9 +458,9 @@ func (r *BusPoolReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			return requestsFor(o.GetNamespace(), o.GetLabels()[LabelPool])
 		})).
 		Watches(&v1alpha1.Tenant{}, handler.EnqueueRequestsFromMapFunc(poolsOfTenant), builder.WithPredicates(tenantPlacementChanged)).
-		WatchesRawSource(source.Channel(r.Pools.poolEvents, coalesced(func(_ context.Context, ev poolEvent) []reconcile.Request {
+		WatchesRawSource(source.Channel(r.Pools.poolEvents, coalesced(newCoalescer(poolStatusCoalesce, poolStatusCoalesce), func(_ context.Context, ev poolEvent) []reconcile.Request {
 			return []reconcile.Request{{NamespacedName: ev.pool}}
-		}, poolStatusCoalesce))).
+		}))).
 		Complete(observed{kind: "BusPool", inner: r})
 }
 

@@ -57,10 +57,9 @@ func TestConnectionCredentials(t *testing.T) {
 	if c.Status.ClientID != "cms" || c.Status.SecretName != "cms-credentials" || c.Status.CredentialsRotatedAt == nil {
 		t.Errorf("status %+v", c.Status)
 	}
-	waitEvent(t, ns, "Connection", "cms", v1alpha1.ReasonCredentialsGenerated)
-	// Its way to Ready (resolved, compiled, loaded) is in its status, not
-	// in Events.
-	noEvents(t, ns, "Connection", "cms", v1alpha1.ReasonResolved, v1alpha1.ReasonNotCompiled, v1alpha1.ReasonTenantNotServing, v1alpha1.ReasonConfigurationLoaded, v1alpha1.ReasonReady)
+	// Its way to Ready (a Secret made, references resolved, compiled,
+	// loaded) is in its status, not in Events.
+	noEvents(t, ns, "Connection", "cms", v1alpha1.ReasonCredentialsGenerated, v1alpha1.ReasonResolved, v1alpha1.ReasonNotCompiled, v1alpha1.ReasonTenantNotServing, v1alpha1.ReasonConfigurationLoaded, v1alpha1.ReasonReady)
 
 	w := waitWorkspace(t, ns, "newsroom", func(w *config.Workspace) error {
 		cc, err := connectionIn(w, "cms")

@@ -99,7 +99,7 @@ func patchStatus[T statusObject](ctx context.Context, c client.Client, rec event
 	// heals a step they did not bring (it costs a read of the cache, and a
 	// write only if something changed).
 	var again time.Duration
-	if onlyProgress(obj.GetConditions()) {
+	if defersProgress(obj) && onlyProgress(obj.GetConditions()) {
 		again = progressGrace
 	}
 	if equality.Semantic.DeepEqual(obj, before) {
@@ -155,6 +155,9 @@ type progressSeen struct {
 // is not True for a reason of progress, no condition fails) and so did
 // before's, for less than progressGrace at obj's generation.
 func (m *progressMemo) wait(obj, before v1alpha1.ConditionedObject, now time.Time) time.Duration {
+	if !defersProgress(obj) {
+		return 0
+	}
 	uid := obj.(client.Object).GetUID()
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -174,6 +177,17 @@ func (m *progressMemo) wait(obj, before v1alpha1.ConditionedObject, now time.Tim
 	return max(0, progressGrace-now.Sub(seen.at))
 }
 
+// defersProgress reports whether obj is of a kind whose progress waits
+// progressGrace: the many objects a Tenant compiles, not the Tenants and
+// pools users watch.
+func defersProgress(obj any) bool {
+	switch obj.(type) {
+	case *v1alpha1.Connection, *v1alpha1.Grant, *v1alpha1.OwnershipPolicy:
+		return true
+	}
+	return false
+}
+
 // onlyProgress reports whether conditions say that something is on its
 // way and nothing fails: Ready, if set, is not True for a reason of
 // progress. No conditions at all (a new object) is progress too.
@@ -185,13 +199,6 @@ func onlyProgress(conditions []metav1.Condition) bool {
 	}
 	ready := meta.FindStatusCondition(conditions, v1alpha1.ConditionReady)
 	return ready == nil || (ready.Status != metav1.ConditionTrue && progressReasons[ready.Reason])
-}
-
-func boolInt(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 // controlledBy reports whether obj's controller is owner (by UID).

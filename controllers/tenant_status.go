@@ -236,6 +236,7 @@ var progressReasons = map[string]bool{
 	v1alpha1.ReasonVolumeExpanding:        true,
 	v1alpha1.ReasonCertificateNotReady:    true,
 	v1alpha1.ReasonScaledToZero:           true,
+	v1alpha1.ReasonAwaitingTenants:        true,
 }
 
 // isFailure reports whether c says something is wrong: it is not True,
