@@ -83,7 +83,7 @@ func (r *ConnectionReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	before := c.DeepCopy()
 	s := &connectionScope{conn: c}
 	defer func() {
-		applyConnectionStatus(c, observeConnection(s))
+		setConnectionStatus(s)
 		wait, perr := patchStatus(ctx, r.Client, r.Recorder, c, before)
 		if err = errors.Join(err, perr); err == nil {
 			res = lowestNonZeroResult(res, requeueAfter(wait))

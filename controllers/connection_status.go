@@ -8,58 +8,6 @@ import (
 	"github.com/storybus/storybus/api/v1alpha1"
 )
 
-// connectionObservation is what one reconcile of a Connection saw.
-type connectionObservation struct {
-	generation int64
-	refs       refsObservation
-	// secretName is the credentials Secret; secretSeen is true when the
-	// credentials phase read or made it.
-	secretName string
-	secretSeen bool
-	owned      bool
-	inUse      error
-	tooShort   error
-	clientID   string
-	rotatedAt  *time.Time
-	rotate     int64
-	// inForce is the InForce condition; nil when the references were not
-	// checked.
-	inForce *metav1.Condition
-}
-
-func observeConnection(s *connectionScope) connectionObservation {
-	c := s.conn
-	o := connectionObservation{
-		generation: c.Generation,
-		refs:       s.refs,
-		secretName: c.CredentialsSecretName(),
-		inUse:      s.inUse,
-		tooShort:   s.tooShort,
-		rotate:     c.Spec.Credentials.Rotate,
-	}
-	if sec := s.sec; sec != nil {
-		o.secretSeen, o.owned = true, s.owned
-		o.clientID = string(sec.Data[v1alpha1.CredentialsClientIDKey])
-		if at, err := time.Parse(time.RFC3339, sec.Annotations[v1alpha1.AnnotationRotatedAt]); err == nil {
-			o.rotatedAt = &at
-		}
-	}
-	if s.refs.checked && (s.tenant != nil || s.refs.reason != "") && (s.sec != nil || s.refs.reason != "") {
-		var at *metav1.Time
-		if o.rotatedAt != nil {
-			t := metav1.NewTime(*o.rotatedAt)
-			at = &t
-		}
-		t := s.tenant
-		if t == nil {
-			t = &v1alpha1.Tenant{}
-		}
-		c := inForceCondition(s.refs, t, "Connection", c.Name, c.Generation, at)
-		o.inForce = &c
-	}
-	return o
-}
-
 // refsCondition is the ResolvedRefs condition of a reference check.
 func refsCondition(r refsObservation) metav1.Condition {
 	if r.reason != "" {
@@ -68,46 +16,58 @@ func refsCondition(r refsObservation) metav1.Condition {
 	return cond(v1alpha1.ConditionResolvedRefs, metav1.ConditionTrue, v1alpha1.ReasonResolved, "every reference resolved")
 }
 
-// connectionConditions returns the conditions o decides, Ready excluded.
-func connectionConditions(o connectionObservation) []metav1.Condition {
+// connectionConditions returns the conditions the reconcile s decides,
+// Ready excluded; rotatedAt is when the credentials Secret says its
+// client secret was last made.
+func connectionConditions(s *connectionScope, rotatedAt *metav1.Time) []metav1.Condition {
+	c := s.conn
 	var cs []metav1.Condition
-	if o.refs.checked {
-		cs = append(cs, refsCondition(o.refs))
+	if s.refs.checked {
+		cs = append(cs, refsCondition(s.refs))
 	}
+	secretName := c.CredentialsSecretName()
 	switch {
-	case o.inUse != nil:
+	case s.inUse != nil:
 		cs = append(cs, cond(v1alpha1.ConditionCredentialsReady, metav1.ConditionFalse, v1alpha1.ReasonSecretInUse,
-			"%v; name another Secret in spec.credentials.secretName", o.inUse))
-	case !o.secretSeen:
-	case o.tooShort != nil:
+			"%v; name another Secret in spec.credentials.secretName", s.inUse))
+	case s.sec == nil:
+	case s.tooShort != nil:
 		cs = append(cs, cond(v1alpha1.ConditionCredentialsReady, metav1.ConditionFalse, v1alpha1.ReasonSecretTooShort,
 			"Secret %s: %v; the bus refuses it. Put a longer random secret under %s, or remove the key to have one generated",
-			o.secretName, o.tooShort, v1alpha1.CredentialsClientSecretKey))
-	case o.owned:
+			secretName, s.tooShort, v1alpha1.CredentialsClientSecretKey))
+	case s.owned:
 		cs = append(cs, cond(v1alpha1.ConditionCredentialsReady, metav1.ConditionTrue, v1alpha1.ReasonCredentialsGenerated,
-			"client %s, credentials in Secret %s", o.clientID, o.secretName))
+			"client %s, credentials in Secret %s", s.sec.Data[v1alpha1.CredentialsClientIDKey], secretName))
 	default:
 		cs = append(cs, cond(v1alpha1.ConditionCredentialsReady, metav1.ConditionTrue, v1alpha1.ReasonCredentialsReused,
-			"client %s, credentials in existing Secret %s", o.clientID, o.secretName))
+			"client %s, credentials in existing Secret %s", s.sec.Data[v1alpha1.CredentialsClientIDKey], secretName))
 	}
-	if o.inForce != nil {
-		cs = append(cs, *o.inForce)
+	// In force is known once the references were checked and, when they
+	// resolved, the Tenant and the Secret were read.
+	if s.refs.checked && (s.refs.reason != "" || (s.tenant != nil && s.sec != nil)) {
+		t := s.tenant
+		if t == nil {
+			t = &v1alpha1.Tenant{}
+		}
+		cs = append(cs, inForceCondition(s.refs, t, "Connection", c.Name, c.Generation, rotatedAt))
 	}
 	return cs
 }
 
-// applyConnectionStatus writes the status o decides into c.
-func applyConnectionStatus(c *v1alpha1.Connection, o connectionObservation) {
-	if o.secretSeen {
-		c.Status.ClientID = o.clientID
-		c.Status.SecretName = o.secretName
-		c.Status.ObservedRotate = o.rotate
-		if o.rotatedAt != nil {
-			at := metav1.NewTime(*o.rotatedAt)
-			c.Status.CredentialsRotatedAt = &at
-		} else {
-			c.Status.CredentialsRotatedAt = nil
+// setConnectionStatus writes into the Connection the status its
+// reconcile s decides.
+func setConnectionStatus(s *connectionScope) {
+	c := s.conn
+	var rotatedAt *metav1.Time
+	if sec := s.sec; sec != nil {
+		c.Status.ClientID = string(sec.Data[v1alpha1.CredentialsClientIDKey])
+		c.Status.SecretName = c.CredentialsSecretName()
+		c.Status.ObservedRotate = c.Spec.Credentials.Rotate
+		if at, err := time.Parse(time.RFC3339, sec.Annotations[v1alpha1.AnnotationRotatedAt]); err == nil {
+			t := metav1.NewTime(at)
+			rotatedAt = &t
 		}
+		c.Status.CredentialsRotatedAt = rotatedAt
 	}
-	setConditions(c, o.generation, connectionConditions(o), v1alpha1.ConditionResolvedRefs, v1alpha1.ConditionCredentialsReady, v1alpha1.ConditionInForce)
+	setConditions(c, c.Generation, connectionConditions(s, rotatedAt), v1alpha1.ConditionResolvedRefs, v1alpha1.ConditionCredentialsReady, v1alpha1.ConditionInForce)
 }

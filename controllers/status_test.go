@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
@@ -266,14 +267,18 @@ func TestConnectionStatus(t *testing.T) {
 		F = metav1.ConditionFalse
 	)
 	resolved := refsObservation{checked: true}
-	inForce := &metav1.Condition{Type: v1alpha1.ConditionInForce, Status: T, Reason: v1alpha1.ReasonConfigurationLoaded}
+	conn := func() *v1alpha1.Connection {
+		return &v1alpha1.Connection{ObjectMeta: metav1.ObjectMeta{Name: "cms", Generation: 2}}
+	}
+	secret := &corev1.Secret{Data: map[string][]byte{v1alpha1.CredentialsClientIDKey: []byte("cms")}}
+	serving := servingTenant(v1alpha1.CompiledObject{Kind: "Connection", Name: "cms", Generation: 2})
 	tests := []struct {
-		name string
-		obs  connectionObservation
-		want []wantCond
+		name  string
+		scope connectionScope
+		want  []wantCond
 	}{{
-		name: "generated credentials, tenant found",
-		obs:  connectionObservation{refs: resolved, secretSeen: true, owned: true, clientID: "cms", inForce: inForce},
+		name:  "generated credentials, tenant found",
+		scope: connectionScope{conn: conn(), refs: resolved, tenant: serving, sec: secret, owned: true},
 		want: []wantCond{
 			{v1alpha1.ConditionResolvedRefs, T, v1alpha1.ReasonResolved},
 			{v1alpha1.ConditionCredentialsReady, T, v1alpha1.ReasonCredentialsGenerated},
@@ -281,8 +286,8 @@ func TestConnectionStatus(t *testing.T) {
 			{v1alpha1.ConditionReady, T, v1alpha1.ReasonReady},
 		},
 	}, {
-		name: "reused credentials",
-		obs:  connectionObservation{refs: resolved, secretSeen: true, clientID: "cms", inForce: inForce},
+		name:  "reused credentials",
+		scope: connectionScope{conn: conn(), refs: resolved, tenant: serving, sec: secret},
 		want: []wantCond{
 			{v1alpha1.ConditionResolvedRefs, T, v1alpha1.ReasonResolved},
 			{v1alpha1.ConditionCredentialsReady, T, v1alpha1.ReasonCredentialsReused},
@@ -290,16 +295,26 @@ func TestConnectionStatus(t *testing.T) {
 			{v1alpha1.ConditionReady, T, v1alpha1.ReasonReady},
 		},
 	}, {
-		name: "dangling tenant",
-		obs:  connectionObservation{refs: refsObservation{checked: true, reason: v1alpha1.ReasonTenantNotFound, message: "Tenant x not found"}, secretSeen: true, owned: true},
+		name:  "not compiled yet",
+		scope: connectionScope{conn: conn(), refs: resolved, tenant: servingTenant(), sec: secret, owned: true},
+		want: []wantCond{
+			{v1alpha1.ConditionResolvedRefs, T, v1alpha1.ReasonResolved},
+			{v1alpha1.ConditionCredentialsReady, T, v1alpha1.ReasonCredentialsGenerated},
+			{v1alpha1.ConditionInForce, F, v1alpha1.ReasonNotCompiled},
+			{v1alpha1.ConditionReady, F, v1alpha1.ReasonNotCompiled},
+		},
+	}, {
+		name:  "dangling tenant",
+		scope: connectionScope{conn: conn(), refs: refsObservation{checked: true, reason: v1alpha1.ReasonTenantNotFound, message: "Tenant x not found"}, sec: secret, owned: true},
 		want: []wantCond{
 			{v1alpha1.ConditionResolvedRefs, F, v1alpha1.ReasonTenantNotFound},
 			{v1alpha1.ConditionCredentialsReady, T, v1alpha1.ReasonCredentialsGenerated},
+			{v1alpha1.ConditionInForce, F, v1alpha1.ReasonTenantNotFound},
 			{v1alpha1.ConditionReady, F, v1alpha1.ReasonTenantNotFound},
 		},
 	}, {
-		name: "secret of another connection",
-		obs:  connectionObservation{refs: resolved, inUse: errors.New("Secret s is controlled by Connection c")},
+		name:  "secret of another connection",
+		scope: connectionScope{conn: conn(), refs: resolved, tenant: serving, inUse: errors.New("Secret s is controlled by Connection c")},
 		want: []wantCond{
 			{v1alpha1.ConditionResolvedRefs, T, v1alpha1.ReasonResolved},
 			{v1alpha1.ConditionCredentialsReady, F, v1alpha1.ReasonSecretInUse},
@@ -308,10 +323,8 @@ func TestConnectionStatus(t *testing.T) {
 	}}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			c := &v1alpha1.Connection{}
-			tc.obs.generation = 2
-			applyConnectionStatus(c, tc.obs)
-			checkConds(t, c.Status.Conditions, 2, tc.want)
+			setConnectionStatus(&tc.scope)
+			checkConds(t, tc.scope.conn.Status.Conditions, 2, tc.want)
 		})
 	}
 }
