@@ -20,6 +20,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/yaml"
 
@@ -353,7 +355,17 @@ func (r *TenantConfigurationReconciler) SetupWithManager(mgr ctrl.Manager) error
 	// a burst, whatever kinds it touches.
 	burst := newCoalescer(coalesce, coalesceAtMost)
 	return r.Secrets.Watch(ctrl.NewControllerManagedBy(mgr).Named("tenant-configuration"), r.connectionSecretToTenants, burst).
-		For(&v1alpha1.Tenant{}, builder.WithPredicates(tenantSpecChanged)).
+		// A Tenant's creation joins the burst of its Connections and Grants
+		// (and the start's first list, a burst of its own); a change of its
+		// spec compiles at once.
+		For(&v1alpha1.Tenant{}, builder.WithPredicates(tenantSpecChanged, predicate.Funcs{CreateFunc: func(event.CreateEvent) bool { return false }})).
+		Watches(&v1alpha1.Tenant{}, coalesced(burst, func(_ context.Context, o client.Object) []reconcile.Request {
+			return requestsFor(o.GetNamespace(), o.GetName())
+		}), builder.WithPredicates(predicate.Funcs{
+			UpdateFunc:  func(event.UpdateEvent) bool { return false },
+			DeleteFunc:  func(event.DeleteEvent) bool { return false },
+			GenericFunc: func(event.GenericEvent) bool { return false },
+		})).
 		Owns(&corev1.ConfigMap{}).
 		Owns(&corev1.Secret{}).
 		// A Connection's status writes cannot change the configuration:
