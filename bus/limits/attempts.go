@@ -149,10 +149,11 @@ func (l *Limiter) failAttempt(ctx context.Context, k AttemptKey) error {
 	ctx, cancel := context.WithTimeout(ctx, l.opTimeout)
 	defer cancel()
 	var err error
+	read := l.loadAttempts
 	for range maxAttempts {
 		var a attempts
 		var rev uint64
-		if a, rev, err = l.loadAttempts(ctx, k.Key); err != nil {
+		if a, rev, err = read(ctx, k.Key); err != nil {
 			return err
 		}
 		now := l.clock.Now().UnixNano()
@@ -169,6 +170,9 @@ func (l *Limiter) failAttempt(ctx context.Context, k AttemptKey) error {
 		if _, err = l.put(ctx, k.Key, a, rev); err == nil || !store.IsConflict(err) {
 			return err
 		}
+		// The state the write failed over may have been a replica's,
+		// behind the bucket's leader: the next is the leader's.
+		read = l.confirmAttempts
 	}
 	return errors.New("limits: too many concurrent writers")
 }
@@ -177,4 +181,9 @@ func (l *Limiter) failAttempt(ctx context.Context, k AttemptKey) error {
 // none, at revision 0 when missing.
 func (l *Limiter) loadAttempts(ctx context.Context, key string) (attempts, uint64, error) {
 	return get[attempts](ctx, l.kv, key)
+}
+
+// confirmAttempts reads an attempts key from the bucket's leader.
+func (l *Limiter) confirmAttempts(ctx context.Context, key string) (attempts, uint64, error) {
+	return get[attempts](ctx, l.leader, key)
 }

@@ -170,10 +170,18 @@ func (l *Limiter) process(c *counter) (failed bool) {
 
 	var err error
 	ambiguous := false // a write failed without saying whether it landed
+	// confirm says the key is read from the bucket's leader: after a
+	// compare-and-swap failed, the state it failed over may have been a
+	// replica's, behind the leader, with no other writer.
+	confirm := false
 	for range maxAttempts {
 		fresh := false
 		if !c.known {
-			if c.st, c.rev, err = l.load(ctx, c.key); err != nil {
+			read := l.load
+			if confirm {
+				read = l.confirm
+			}
+			if c.st, c.rev, err = read(ctx, c.key); err != nil {
 				break
 			}
 			c.known, fresh = true, true
@@ -192,13 +200,13 @@ func (l *Limiter) process(c *counter) (failed bool) {
 			changed = changed || used
 			heldOnly = heldOnly || o.decision.InFlight
 		}
-		// Refusing for holds needs the holds as they are now: another
-		// replica may have settled them since this process last looked.
-		// Other refusals may stand on an older state: under the same
-		// limits the arrival time and the day's count only grow, so the
-		// current state refuses too.
-		if heldOnly && !fresh {
-			c.known = false
+		// Refusing for holds needs the holds as they are now, the
+		// leader's: another replica may have settled them since this
+		// process last looked. Other refusals may stand on an older
+		// state: under the same limits the arrival time and the day's
+		// count only grow, so the current state refuses too.
+		if heldOnly && !(fresh && confirm) {
+			c.known, confirm = false, true
 			continue
 		}
 		if !changed {
@@ -216,6 +224,7 @@ func (l *Limiter) process(c *counter) (failed bool) {
 			ambiguous = store.MayHaveLanded(err)
 			break
 		}
+		confirm = true
 	}
 	if err == nil {
 		err = errors.New("limits: too many concurrent writers")

@@ -12,10 +12,24 @@ import (
 	"github.com/storybus/storybus/bus/store"
 )
 
-// load reads a key's state and revision; a missing key is the zero state
-// at revision 0.
+// load reads a key's state and revision with a direct get, which any
+// replica of the bucket answers; a missing key is the zero state at
+// revision 0.
 func (l *Limiter) load(ctx context.Context, key string) (state, uint64, error) {
 	return get[state](ctx, l.kv, key)
+}
+
+// confirm reads a key's state and revision from the bucket's leader, which
+// checks the compare-and-swaps: after one failed over what a replica,
+// perhaps behind the leader, said (store/leader.go), or for a refusal that
+// needs the state as it is now.
+func (l *Limiter) confirm(ctx context.Context, key string) (state, uint64, error) {
+	return get[state](ctx, l.leader, key)
+}
+
+// getter reads a key: a jetstream.KeyValue, or a store.KVLeader.
+type getter interface {
+	Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error)
 }
 
 // write stores the state if the key is still at the revision last seen.
@@ -26,7 +40,7 @@ func (l *Limiter) write(ctx context.Context, c *counter, st state) (uint64, erro
 // get reads a key's JSON value and revision: the zero value at revision 0
 // when the key holds nothing. An unreadable value is the zero value, to be
 // replaced, never trusted.
-func get[T any](ctx context.Context, kv jetstream.KeyValue, key string) (T, uint64, error) {
+func get[T any](ctx context.Context, kv getter, key string) (T, uint64, error) {
 	var v T
 	e, err := kv.Get(ctx, key)
 	switch {

@@ -103,7 +103,9 @@ type Options struct {
 
 // Limiter checks and counts one workspace's connections.
 type Limiter struct {
-	kv        jetstream.KeyValue
+	kv jetstream.KeyValue
+	// leader reads the bucket from its leader (confirm).
+	leader    store.KVLeader
 	clock     Clock
 	opTimeout time.Duration
 	lease     time.Duration
@@ -160,7 +162,8 @@ func Open(ctx context.Context, js jetstream.JetStream, workspace string, o Optio
 		return nil, fmt.Errorf("limits bucket of %s: %w", workspace, err)
 	}
 	return &Limiter{
-		kv: kv, clock: o.Clock, opTimeout: o.OpTimeout, lease: o.Lease, log: o.Logger,
+		kv: kv, leader: store.NewKVLeader(js, BucketName(workspace)),
+		clock: o.Clock, opTimeout: o.OpTimeout, lease: o.Lease, log: o.Logger,
 		counters: map[string]*counter{},
 	}, nil
 }

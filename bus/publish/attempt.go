@@ -31,8 +31,11 @@ type attempt struct {
 	// recorded is the store's timestamp of this attempt's record, read
 	// when a contention must be told from a stale view.
 	recorded time.Time
-	head     Head
-	rev      uint64
+	// confirmed is set once the record was read from the records
+	// bucket's leader after a refused takeover.
+	confirmed bool
+	head      Head
+	rev       uint64
 	// after is the After of this attempt's record (snapshots only).
 	after    uint64
 	decision Decision
@@ -66,6 +69,11 @@ func (a *attempt) run(ctx context.Context) Outcome {
 	a.c.observe("record_create", time.Since(t0))
 	if store.IsConflict(err) {
 		entry, err := a.c.getRecord(ctx, a.key)
+		if err == nil && entry == nil {
+			// The bucket's leader holds a record that the replica read
+			// does not show yet.
+			entry, err = a.c.confirmRecord(ctx, a.key)
+		}
 		if err != nil {
 			return a.c.unavailable(ctx, err, "read record")
 		}
@@ -165,8 +173,16 @@ func (a *attempt) commit(ctx context.Context, republish bool) Outcome {
 		if !a.snapshot || !store.IsConflict(err) {
 			return a.publishFailed(ctx, err)
 		}
-		// The story head moved since it was read.
-		fresh, rerr := a.story.reread(ctx)
+		if try > 0 && !republish {
+			// This try followed the head the topic's leader gave: another
+			// writer published on the story since, during this attempt.
+			return a.contention(ctx)
+		}
+		// The story's last message is not the head decided over. That head
+		// came from the cache or from a replica of the topic (a direct
+		// get), and either may be behind the leader that checked the
+		// compare-and-swap: the leader says what the head is.
+		fresh, rerr := a.story.confirm(ctx)
 		if rerr != nil {
 			return a.c.unavailable(ctx, rerr, "read story head")
 		}
@@ -181,10 +197,8 @@ func (a *attempt) commit(ctx context.Context, republish bool) Outcome {
 		if err != nil {
 			return a.c.unavailable(ctx, err, "read record")
 		}
-		if during || try >= 2 {
-			a.remove(ctx)
-			v := rules.New(rules.CommitContention, "another writer changed the story at the same moment; nothing was recorded", "/payload/story_id")
-			return refuse(v)
+		if during {
+			return a.contention(ctx)
 		}
 		// Only this process's view of the head was behind: re-decide.
 		a.head = fresh
@@ -193,6 +207,13 @@ func (a *attempt) commit(ctx context.Context, republish bool) Outcome {
 			return a.refuseDecided(refusal)
 		}
 	}
+}
+
+// contention answers a snapshot that another writer raced: its record is
+// removed, so that sending it again is checked as new.
+func (a *attempt) contention(ctx context.Context) Outcome {
+	a.remove(ctx)
+	return refuse(rules.New(rules.CommitContention, "another writer changed the story at the same moment; nothing was recorded", "/payload/story_id"))
 }
 
 // rename rewrites this attempt's record to name the current head, guarded
@@ -216,11 +237,14 @@ func (a *attempt) rename(ctx context.Context) (Outcome, bool) {
 // this attempt's record: by the store's timestamps of both, never the
 // bus's clock, so that a bus whose clock differs from the store's does not
 // see every recent head as written during its attempt (or none). head is
-// one read from the store.
+// the topic leader's, and the record is read back from the records
+// bucket's leader: a replica may not hold it yet.
 func (a *attempt) changedSinceRecorded(ctx context.Context, head Head) (bool, error) {
 	if a.recorded.IsZero() {
 		cctx, cancel := context.WithTimeout(ctx, a.c.opTimeout)
-		entry, err := a.c.ws.Records.GetRevision(cctx, a.key, a.rev)
+		t0 := time.Now()
+		entry, err := a.c.ws.RecordsLeader.GetRevision(cctx, a.key, a.rev)
+		a.c.observe("leader_read", time.Since(t0))
 		cancel()
 		switch {
 		case store.IsMissing(err):
@@ -351,7 +375,7 @@ func (a *attempt) existing(ctx context.Context, entry jetstream.KeyValueEntry) O
 	rev, err := a.c.ws.Records.Update(cctx, a.key, a.recordValue(), entry.Revision())
 	cancel()
 	if store.IsConflict(err) {
-		return retryLater(rules.MessageInFlight, "another retry of this message is publishing it", time.Second)
+		return a.takeoverRefused(ctx, entry)
 	}
 	if err != nil {
 		return a.c.unavailable(ctx, err, "take over record")
@@ -366,6 +390,25 @@ func (a *attempt) existing(ctx context.Context, entry jetstream.KeyValueEntry) O
 		a.decide()
 	}
 	return a.commit(ctx, true)
+}
+
+// takeoverRefused answers a takeover of the record read that the records
+// bucket refused: another retry took the record over, or the record read
+// was a replica's, behind the bucket's leader. The leader's record, when it
+// is another revision, decides the retry as the record read would have,
+// once: a second refusal is another retry's.
+func (a *attempt) takeoverRefused(ctx context.Context, read jetstream.KeyValueEntry) Outcome {
+	if !a.confirmed {
+		a.confirmed = true
+		entry, err := a.c.confirmRecord(ctx, a.key)
+		if err != nil {
+			return a.c.unavailable(ctx, err, "read record")
+		}
+		if entry != nil && entry.Revision() != read.Revision() {
+			return a.existing(ctx, entry)
+		}
+	}
+	return retryLater(rules.MessageInFlight, "another retry of this message is publishing it", time.Second)
 }
 
 // supersededBy ends a republication when the story head shows the message

@@ -165,7 +165,7 @@ func New(ws *store.Workspace, js jetstream.JetStream, o Options) *Core {
 	if o.HeadCacheSize <= 0 {
 		o.HeadCacheSize = 100_000
 	}
-	cas := &casSequencer{heads: newHeadCache(o.HeadCacheSize, o.Clock, o.TopicRetention), read: c.readHead}
+	cas := &casSequencer{heads: newHeadCache(o.HeadCacheSize, o.Clock, o.TopicRetention), read: c.readHead, leader: c.confirmHead}
 	c.stories = cas
 	if o.SoleWriter {
 		// The wait for a story leaves the store operations their whole

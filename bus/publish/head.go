@@ -95,11 +95,30 @@ func headFromMsg(m *jetstream.RawStreamMsg) Head {
 	}
 }
 
-// readHead reads a story's head from the store.
+// readHead reads a story's head from the store with a direct get, which
+// any replica of the topic answers: on a cluster, possibly one behind the
+// leader (store/leader.go), which the publish's compare-and-swap then
+// refuses.
 func (c *Core) readHead(ctx context.Context, subject string) (Head, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.opTimeout)
 	defer cancel()
-	m, err := c.ws.Stream.GetLastMsgForSubject(ctx, subject)
+	return headFrom(c.ws.Stream.GetLastMsgForSubject(ctx, subject))
+}
+
+// confirmHead reads a story's head from the topic's leader, which checks
+// the compare-and-swap: after the topic refused a publish over a head
+// that the cache or a replica gave, this is the head as the store has it.
+func (c *Core) confirmHead(ctx context.Context, subject string) (Head, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.opTimeout)
+	defer cancel()
+	t0 := time.Now()
+	m, err := c.ws.StreamLeader.LastMsgForSubject(ctx, subject)
+	c.observe("leader_read", time.Since(t0))
+	return headFrom(m, err)
+}
+
+// headFrom is the head a read of the story subject's last message gives.
+func headFrom(m *jetstream.RawStreamMsg, err error) (Head, error) {
 	if store.IsMissing(err) {
 		return Head{}, nil
 	}

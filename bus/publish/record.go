@@ -52,11 +52,28 @@ func decodeRecord(b []byte) (record, error) {
 	return r, err
 }
 
-// getRecord reads the record of a key; nil when there is none.
+// getRecord reads the record of a key with a direct get (any replica of
+// the records bucket answers); nil when there is none.
 func (c *Core) getRecord(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
 	cctx, cancel := context.WithTimeout(ctx, c.opTimeout)
 	defer cancel()
-	entry, err := c.ws.Records.Get(cctx, key)
+	return recordFrom(c.ws.Records.Get(cctx, key))
+}
+
+// confirmRecord reads the record of a key from the records bucket's
+// leader, which checks its compare-and-swaps: for a write the bucket
+// refused over what a replica said. nil when there is none.
+func (c *Core) confirmRecord(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
+	cctx, cancel := context.WithTimeout(ctx, c.opTimeout)
+	defer cancel()
+	t0 := time.Now()
+	entry, err := c.ws.RecordsLeader.Get(cctx, key)
+	c.observe("leader_read", time.Since(t0))
+	return recordFrom(entry, err)
+}
+
+// recordFrom is the record a read gives: nil when there is none.
+func recordFrom(entry jetstream.KeyValueEntry, err error) (jetstream.KeyValueEntry, error) {
 	if store.IsMissing(err) {
 		return nil, nil
 	}

@@ -23,9 +23,9 @@ type turn interface {
 	// when the story is not cached or its cached head may have aged out
 	// of the topic.
 	head(ctx context.Context) (Head, error)
-	// reread reads the head from the store after the topic refused a
-	// publish over the one decided on, and caches it.
-	reread(ctx context.Context) (Head, error)
+	// confirm reads the head from the topic's leader after the topic
+	// refused a publish over the one decided on, and caches it.
+	confirm(ctx context.Context) (Head, error)
 	// seen caches a head the attempt read from the store itself.
 	seen(h Head)
 	// sending is called just before the snapshot is sent over h. It
@@ -42,13 +42,15 @@ type turn interface {
 // casSequencer orders snapshots by the topic's compare-and-swap: each is
 // published expecting the head it was decided over as its story's last
 // message, and the store refuses it if anything came in between. Its head
-// cache only spares a read: a cached head can only be behind the store,
-// so a refusal from it is right and an acceptance is confirmed by the
-// store.
+// cache only spares a read: a cached head, like one a replica of the topic
+// gives, can only be behind the leader's, so a refusal from it is right, an
+// acceptance is confirmed by the store, and a head the store refused is
+// read again from the topic's leader.
 type casSequencer struct {
 	heads *headCache
-	// read reads a story's head from the store (Core.readHead).
-	read func(ctx context.Context, subject string) (Head, error)
+	// read reads a story's head from the store (Core.readHead), and
+	// leader from the topic's leader (Core.confirmHead).
+	read, leader func(ctx context.Context, subject string) (Head, error)
 }
 
 func (s *casSequencer) begin(_ context.Context, story, subject string) (turn, error) {
@@ -68,6 +70,18 @@ func (s *casSequencer) current(ctx context.Context, story, subject string) (Head
 // the cache held.
 func (s *casSequencer) readAgain(ctx context.Context, story, subject string) (Head, error) {
 	h, err := s.read(ctx, subject)
+	return s.keep(story, h, err)
+}
+
+// confirm reads the story's head from the topic's leader and caches it,
+// whatever the cache held.
+func (s *casSequencer) confirm(ctx context.Context, story, subject string) (Head, error) {
+	h, err := s.leader(ctx, subject)
+	return s.keep(story, h, err)
+}
+
+// keep caches h, just read from the store, unless the read failed.
+func (s *casSequencer) keep(story string, h Head, err error) (Head, error) {
 	if err != nil {
 		return Head{}, err
 	}
@@ -85,8 +99,8 @@ func (t *casTurn) head(ctx context.Context) (Head, error) {
 	return t.s.current(ctx, t.story, t.subject)
 }
 
-func (t *casTurn) reread(ctx context.Context) (Head, error) {
-	return t.s.readAgain(ctx, t.story, t.subject)
+func (t *casTurn) confirm(ctx context.Context) (Head, error) {
+	return t.s.confirm(ctx, t.story, t.subject)
 }
 
 func (t *casTurn) seen(h Head) { t.s.heads.put(t.story, h) }

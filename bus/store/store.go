@@ -199,6 +199,12 @@ type Workspace struct {
 	Stream jetstream.Stream
 	// Records is the idempotency record bucket.
 	Records jetstream.KeyValue
+	// StreamLeader and RecordsLeader read the topic and the records from
+	// their streams' leaders, which Stream and Records, reading with
+	// direct gets, may be behind: to confirm a compare-and-swap that
+	// failed (leader.go).
+	StreamLeader  Leader
+	RecordsLeader KVLeader
 	// RecordsLossWindow is 0 when a record is on disk (under the store's
 	// fsync policy) before its write is acknowledged, or when the embedded
 	// store was last stopped cleanly, its records all flushed. Otherwise the
@@ -255,7 +261,10 @@ func (s *Store) OpenWorkspace(ctx context.Context, workspace string, window, ret
 	if err != nil {
 		return nil, fmt.Errorf("records bucket of %s: %w", workspace, err)
 	}
-	return &Workspace{ID: workspace, Stream: stream, Records: kv, RecordsLossWindow: lossWindow}, nil
+	return &Workspace{
+		ID: workspace, Stream: stream, Records: kv, RecordsLossWindow: lossWindow,
+		StreamLeader: NewLeader(s.JS, StreamName(workspace)), RecordsLeader: NewKVLeader(s.JS, RecordsBucket(workspace)),
+	}, nil
 }
 
 // openRecords creates or updates the workspace's records bucket. On the

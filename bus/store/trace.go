@@ -93,6 +93,7 @@ func (w *Workspace) Traced(tp trace.TracerProvider) *Workspace {
 	out := *w
 	out.Records = &tracedKV{KeyValue: w.Records, tracer: tracer, bucket: attribute.String("storybus.store.bucket", RecordsBucket(w.ID))}
 	out.Stream = &tracedStream{Stream: w.Stream, tracer: tracer, stream: attribute.String("storybus.store.stream", StreamName(w.ID))}
+	out.StreamLeader.tracer, out.RecordsLeader.tracer = tracer, tracer
 	return &out
 }
 

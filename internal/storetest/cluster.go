@@ -47,7 +47,10 @@ type Cluster struct {
 }
 
 type clusterNode struct {
-	name    string
+	name string
+	// syncAlways makes the node fsync every write (SyncAlways).
+	syncAlways bool
+
 	dir     string
 	client  string // host:port of NATS clients
 	route   string // host:port of the other nodes' routes
@@ -58,9 +61,21 @@ type clusterNode struct {
 	logs    *testutil.SyncBuffer
 }
 
+// A ClusterOption changes how StartCluster starts its nodes.
+type ClusterOption func(*Cluster)
+
+// SyncAlways makes node i fsync every write (nats-server's
+// `sync_interval: always`), where the others leave their writes to the
+// operating system: a replica on a slow disk, which applies the writes its
+// leaders acknowledged behind the other replicas.
+func SyncAlways(i int) ClusterOption {
+	return func(c *Cluster) { c.nodes[i].syncAlways = true }
+}
+
 // StartCluster starts n clustered JetStream servers of the nats-server
-// binary bin and returns once JetStream answers with a meta leader.
-func StartCluster(t testing.TB, bin string, n int) *Cluster {
+// binary bin, named n0, n1 and so on, and returns once JetStream answers
+// with a meta leader.
+func StartCluster(t testing.TB, bin string, n int, opts ...ClusterOption) *Cluster {
 	t.Helper()
 	c := &Cluster{t: t, bin: bin}
 	var routes []string
@@ -69,6 +84,9 @@ func StartCluster(t testing.TB, bin string, n int) *Cluster {
 			client: testutil.FreeAddr(t), route: testutil.FreeAddr(t), monitor: testutil.FreeAddr(t)}
 		routes = append(routes, "nats://"+node.route)
 		c.nodes = append(c.nodes, node)
+	}
+	for _, opt := range opts {
+		opt(c)
 	}
 	for i, node := range c.nodes {
 		node.routes = strings.Join(routes, ",")
@@ -94,9 +112,17 @@ func (c *Cluster) start(i int) {
 	node := c.nodes[i]
 	host, port, _ := net.SplitHostPort(node.client)
 	_, mport, _ := net.SplitHostPort(node.monitor)
-	cmd := exec.Command(c.bin, "-js", "-sd", node.dir, "-a", host, "-p", port, "-m", mport,
+	args := []string{"-js", "-sd", node.dir, "-a", host, "-p", port, "-m", mport,
 		"-n", node.name, "--cluster_name", "storybus",
-		"--cluster", "nats://"+node.route, "--routes", node.routes)
+		"--cluster", "nats://" + node.route, "--routes", node.routes}
+	if node.syncAlways {
+		conf := filepath.Join(node.dir, "sync-always.conf")
+		if err := os.WriteFile(conf, []byte("jetstream { sync_interval: always }\n"), 0o600); err != nil {
+			c.t.Fatal(err)
+		}
+		args = append(args, "-c", conf)
+	}
+	cmd := exec.Command(c.bin, args...)
 	if node.logs == nil {
 		node.logs = &testutil.SyncBuffer{}
 	}
