@@ -76,5 +76,6 @@ func (s *Server) openLimiter(ctx context.Context, sw *store.Workspace) (*limits.
 		// replicas to differ.
 		Lease:  s.opts.RequestTimeout + time.Minute,
 		Logger: s.log,
+		Watch:  sw.Watch,
 	})
 }

@@ -167,6 +167,7 @@ func (l *Limiter) process(c *counter) (failed bool) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), l.opTimeout)
 	defer cancel()
+	defer l.watch.OnLoss(cancel)()
 
 	var err error
 	ambiguous := false // a write failed without saying whether it landed

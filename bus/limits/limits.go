@@ -99,6 +99,9 @@ type Options struct {
 	Lease time.Duration
 	// Logger receives counts that could not be written yet.
 	Logger *slog.Logger
+	// Watch, when set, follows the store connection: a batch whose answer
+	// the connection's loss took fails then, not at OpTimeout.
+	Watch *store.ConnWatch
 }
 
 // Limiter checks and counts one workspace's connections.
@@ -110,6 +113,7 @@ type Limiter struct {
 	opTimeout time.Duration
 	lease     time.Duration
 	log       *slog.Logger
+	watch     *store.ConnWatch
 
 	mu       sync.Mutex
 	counters map[string]*counter
@@ -163,7 +167,7 @@ func Open(ctx context.Context, js jetstream.JetStream, workspace string, o Optio
 	}
 	return &Limiter{
 		kv: kv, leader: store.NewKVLeader(js, BucketName(workspace)),
-		clock: o.Clock, opTimeout: o.OpTimeout, lease: o.Lease, log: o.Logger,
+		clock: o.Clock, opTimeout: o.OpTimeout, lease: o.Lease, log: o.Logger, watch: o.Watch,
 		counters: map[string]*counter{},
 	}, nil
 }

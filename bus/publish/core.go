@@ -206,6 +206,9 @@ func (c *Core) Publish(ctx context.Context, in Input) Outcome {
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.opTimeout)
 	defer cancel()
+	// A store operation whose answer the loss of the store connection
+	// took fails then, not at the deadline.
+	defer c.ws.Watch.OnLoss(cancel)()
 	return a.run(ctx)
 }
 

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -22,7 +23,8 @@ import (
 
 // TestOnAClusterWithFollowers runs, on one three-node cluster of
 // nats-server processes, what only a cluster shows: a replica answering a
-// direct get behind its leader. Server n2 fsyncs every write and the others do not, so that
+// direct get behind its leader, and a server lost while a producer
+// publishes. Server n2 fsyncs every write and the others do not, so that
 // n2, as a replica on a slow disk does, applies writes behind its leaders.
 func TestOnAClusterWithFollowers(t *testing.T) {
 	if testing.Short() {
@@ -30,6 +32,9 @@ func TestOnAClusterWithFollowers(t *testing.T) {
 	}
 	c := storetest.StartCluster(t, storetest.NATSServer(t, "../.."), 3, storetest.SyncAlways(2))
 	t.Run("a stale read is not contention", func(t *testing.T) { testStaleReadIsNotContention(t, c) })
+	for _, l := range []loss{{leader: true}, {freeze: true}} {
+		t.Run(l.String(), func(t *testing.T) { testLostServer(t, c, l) })
+	}
 }
 
 // clusterBus is one bus process's publish core on the cluster, connected to
@@ -274,5 +279,125 @@ func testStaleReadIsNotContention(t *testing.T, c *storetest.Cluster) {
 			t.Fatalf("stream sequence %d: sequence_number %d after %d", seq, n, last[m.Subject])
 		}
 		last[m.Subject] = n
+	}
+}
+
+// A loss is a server lost while a producer publishes: which server, and
+// how.
+type loss struct {
+	// leader: the bus's server, the one lost, leads the workspace's topic
+	// and records; else it leads neither.
+	leader bool
+	// freeze stops the server (SIGSTOP) instead of killing it (SIGKILL):
+	// a hung server, or one whose host or network is lost, which closes
+	// no socket.
+	freeze bool
+}
+
+func (l loss) String() string {
+	s := "the bus's server, a follower,"
+	if l.leader {
+		s = "the bus's server, leading the topic and records,"
+	}
+	if l.freeze {
+		return s + " frozen"
+	}
+	return s + " killed"
+}
+
+// testLostServer: a producer publishes one story's snapshots, one at a
+// time, through a bus connected to one server, and that server is lost
+// while it does, between two publishes. The producer retries as producers
+// do, after each answer's Retry-After; the longest time between two 2xx
+// answers is printed. Only a generous bound is asserted: the cluster's own
+// re-election of a lost leader is in it.
+func testLostServer(t *testing.T, c *storetest.Cluster, l loss) {
+	workspace := fmt.Sprintf("lost%d", time.Now().UnixNano()%1e6)
+	boot, err := store.Connect(store.Options{URL: c.URL(), Replicas: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer boot.Close()
+	openOnCluster(t, boot, workspace)
+	topic, records := store.StreamName(workspace), "KV_"+store.RecordsBucket(workspace)
+	const target = 1 // the bus's server, lost
+	leader := "n0"
+	if l.leader {
+		leader = "n1"
+	}
+	leadBy(t, boot, topic, leader)
+	leadBy(t, boot, records, leader)
+	bus := newClusterBus(t, c, target, workspace, &ackedHeads{}, nil, 0) // the bus's own timeouts
+
+	type answer struct {
+		at     time.Time
+		status int
+		rule   string
+	}
+	var answers []answer
+	var lost time.Time
+	lastOK, longest := time.Now(), time.Duration(0)
+	var longestFrom time.Time
+	okAfter := 0
+	deadline := time.Now().Add(45 * time.Second)
+	for seq := int64(1); okAfter < 20 && time.Now().Before(deadline); seq++ {
+		body := snap{story: "story-lost", seq: seq}.json()
+		for time.Now().Before(deadline) {
+			if lost.IsZero() && seq == 50 {
+				// Between two publishes: a publish whose record was
+				// written, its answer lost with the server, would be
+				// answered message.in_flight for the rest of its 30 s
+				// lease, as the contract says.
+				lost = time.Now()
+				if l.freeze {
+					c.Freeze(target)
+				} else {
+					c.Stop(target, syscall.SIGKILL)
+				}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second) // the bus's request timeout
+			out := bus.core.Publish(ctx, input(t, body))
+			cancel()
+			now, status := time.Now(), statusOf(out)
+			a := answer{at: now, status: status}
+			if out.Refusal != nil {
+				a.rule = out.Refusal.Rule
+			}
+			answers = append(answers, a)
+			if status/100 == 2 {
+				if gap := now.Sub(lastOK); gap > longest {
+					longest, longestFrom = gap, lastOK
+				}
+				lastOK = now
+				if !lost.IsZero() {
+					okAfter++
+				}
+				break
+			}
+			if status != http.StatusServiceUnavailable {
+				t.Fatalf("snapshot %d: %d %+v", seq, status, out.Refusal)
+			}
+			time.Sleep(max(out.RetryAfter, 100*time.Millisecond))
+		}
+	}
+	if gap := time.Since(lastOK); okAfter < 20 && gap > longest {
+		longest, longestFrom = gap, lastOK
+	}
+	if l.freeze {
+		c.Thaw(target)
+	} else {
+		c.Start(target)
+	}
+	t.Logf("%s: the longest time between 2xx answers was %v", l, longest.Round(time.Millisecond))
+	for _, a := range answers {
+		if !a.at.Before(longestFrom) && !a.at.After(longestFrom.Add(longest)) {
+			t.Logf("  %+8.3fs %d %s", a.at.Sub(lost).Seconds(), a.status, a.rule)
+		}
+	}
+	if okAfter < 20 {
+		t.Fatalf("20 snapshots were not accepted within 45s of losing %s", bus.server)
+	}
+	if longest >= 30*time.Second {
+		t.Fatalf("publishing stalled %v", longest)
 	}
 }

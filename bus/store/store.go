@@ -104,8 +104,11 @@ type Options struct {
 
 // Store is a connection to JetStream.
 type Store struct {
-	Conn     *nats.Conn
-	JS       jetstream.JetStream
+	Conn *nats.Conn
+	JS   jetstream.JetStream
+	// Watch follows the losses of Conn: an operation on it watches it
+	// (ConnWatch.OnLoss) to fail when its answer is lost.
+	Watch    *ConnWatch
 	replicas int
 	// recordsLossWindow is how long before a crash the records of an
 	// embedded store may not be on disk yet, 0 on an external cluster: see
@@ -121,11 +124,15 @@ const lossMargin = 10 * time.Second
 
 // Connect connects to the embedded server or the external cluster.
 func Connect(o Options) (*Store, error) {
+	watch := newConnWatch()
 	opts := []nats.Option{
 		nats.Name(o.Name),
 		nats.MaxReconnects(-1),
-		nats.ReconnectWait(250 * time.Millisecond),
+		nats.ReconnectWait(ReconnectWait),
 		nats.RetryOnFailedConnect(false),
+		nats.PingInterval(PingInterval),
+		nats.MaxPingsOutstanding(MaxPingsOut),
+		nats.DisconnectErrHandler(func(*nats.Conn, error) { watch.lost() }),
 	}
 	url := o.URL
 	if o.Embedded != nil {
@@ -148,7 +155,7 @@ func Connect(o Options) (*Store, error) {
 	if replicas < 1 {
 		replicas = 1
 	}
-	st := &Store{Conn: nc, JS: js, replicas: replicas, cleanStart: o.CleanStart}
+	st := &Store{Conn: nc, JS: js, Watch: watch, replicas: replicas, cleanStart: o.CleanStart}
 	if o.Embedded != nil {
 		// The embedded server lives and dies with this process, so this
 		// process can rebuild, at its start, the records a crash lost.
@@ -205,6 +212,8 @@ type Workspace struct {
 	// failed (leader.go).
 	StreamLeader  Leader
 	RecordsLeader KVLeader
+	// Watch follows the losses of the store connection (Store.Watch).
+	Watch *ConnWatch
 	// RecordsLossWindow is 0 when a record is on disk (under the store's
 	// fsync policy) before its write is acknowledged, or when the embedded
 	// store was last stopped cleanly, its records all flushed. Otherwise the
@@ -264,6 +273,7 @@ func (s *Store) OpenWorkspace(ctx context.Context, workspace string, window, ret
 	return &Workspace{
 		ID: workspace, Stream: stream, Records: kv, RecordsLossWindow: lossWindow,
 		StreamLeader: NewLeader(s.JS, StreamName(workspace)), RecordsLeader: NewKVLeader(s.JS, RecordsBucket(workspace)),
+		Watch: s.Watch,
 	}, nil
 }
 

@@ -1,7 +1,9 @@
 package storetest
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -163,6 +165,43 @@ func (c *Cluster) Stop(i int, sig syscall.Signal) {
 		c.t.Fatalf("nats-server %s did not stop within 60s of %v", node.name, sig)
 	}
 	node.cmd = nil
+}
+
+// Freeze stops node i's process (SIGSTOP) and waits until it is stopped,
+// where the system says so (Linux's /proc): a hung server, or one whose
+// host or network is lost, which reads nothing more from its sockets and
+// closes none of them. Thaw resumes it.
+func (c *Cluster) Freeze(i int) {
+	c.t.Helper()
+	node := c.nodes[i]
+	if node.cmd == nil {
+		return
+	}
+	if err := node.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		c.t.Fatal(err)
+	}
+	stat := fmt.Sprintf("/proc/%d/stat", node.cmd.Process.Pid)
+	testutil.Eventually(c.t, "nats-server "+node.name+" stopped", 10*time.Second, func() error {
+		b, err := os.ReadFile(stat)
+		if err != nil {
+			return nil // no /proc to ask
+		}
+		// pid (comm) state …
+		if i := bytes.LastIndexByte(b, ')'); i > 0 && i+2 < len(b) && b[i+2] == 'T' {
+			return nil
+		}
+		return errors.New("still running")
+	})
+}
+
+// Thaw resumes node i after Freeze (SIGCONT).
+func (c *Cluster) Thaw(i int) {
+	c.t.Helper()
+	if node := c.nodes[i]; node.cmd != nil {
+		if err := node.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+			c.t.Fatal(err)
+		}
+	}
 }
 
 // Start starts node i again after Stop, on its directory and ports, and
