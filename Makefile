@@ -196,6 +196,12 @@ lint: $(STATICCHECK) ## gofmt, go vet and staticcheck.
 scale: tools ## Reconcile 500 Tenants with 5,000 Connections against envtest: time to Ready and the operator's memory.
 	STORYBUS_SCALE=full KUBEBUILDER_ASSETS=$(BIN) $(GO) test -count=1 -timeout 60m -run '^TestOperatorAtScale$$' -v ./controllers/scale/
 
+# The upgrade prober's short form runs in make test (cmd/storybus); this is
+# its long form: more producers and stories, three cycles.
+.PHONY: test-upgrade
+test-upgrade: ## Run the upgrade prober's long form: pool replicas rolled and killed, NATS nodes lost and restarted, under producers, three cycles.
+	STORYBUS_UPGRADE=long $(GO) test -count=1 -timeout 30m -run '^TestUpgradeProber$$' -v ./cmd/storybus/
+
 .PHONY: bench
 bench: ## Benchmark publishing through the bus against HTTP relay and raw JetStream baselines, both fsync modes.
 	$(GO) run ./cmd/storybus bench --sync always

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -210,7 +211,7 @@ func (c *Cluster) Thaw(i int) {
 func (c *Cluster) Start(i int) {
 	c.t.Helper()
 	c.start(i)
-	c.waitHealthy(i, 60*time.Second)
+	c.waitHealthy(i, 2*time.Minute)
 }
 
 // WaitReady waits until every running node is healthy and JetStream
@@ -244,13 +245,14 @@ func (c *Cluster) waitHealthy(i int, within time.Duration) {
 			c.t.Fatalf("nats-server %s exited:\n%s", node.name, node.logs.String())
 		default:
 		}
-		res, err := hc.Get("http://" + node.monitor + "/healthz")
+		res, err := hc.Get("http://" + node.monitor + "/healthz?details=true")
 		if err != nil {
 			return err
 		}
-		res.Body.Close()
+		defer res.Body.Close()
 		if res.StatusCode != http.StatusOK {
-			return fmt.Errorf("/healthz %d", res.StatusCode)
+			body, _ := io.ReadAll(io.LimitReader(res.Body, 2048))
+			return fmt.Errorf("/healthz %d: %s", res.StatusCode, body)
 		}
 		return nil
 	})
