@@ -246,19 +246,7 @@ func (r *BusPoolReconciler) reconcileExpose(ctx context.Context, s *busPoolScope
 // deleteControlled deletes the pool's object of obj's kind, named like the
 // pool's StatefulSet, when the pool controls it.
 func (r *BusPoolReconciler) deleteControlled(ctx context.Context, p *v1alpha1.BusPool, obj client.Object) error {
-	err := r.Get(ctx, types.NamespacedName{Namespace: p.Namespace, Name: poolObjectName(p)}, obj)
-	switch {
-	case apierrors.IsNotFound(err):
-		return nil
-	case err != nil:
-		return fmt.Errorf("get %T %s: %w", obj, poolObjectName(p), err)
-	case !controlledBy(obj, p):
-		return nil
-	}
-	if err := r.Delete(ctx, obj); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("delete %T %s: %w", obj, poolObjectName(p), err)
-	}
-	return nil
+	return deleteIfControlled(ctx, r.Client, p, poolObjectName(p), obj)
 }
 
 // observeCluster connects to the pool's cluster, opening its buckets. A

@@ -9,14 +9,12 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 	networkingv1ac "k8s.io/client-go/applyconfigurations/networking/v1"
 	policyv1ac "k8s.io/client-go/applyconfigurations/policy/v1"
-	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 	gatewayv1ac "sigs.k8s.io/gateway-api/applyconfiguration/apis/v1"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -71,10 +69,17 @@ func poolLabels(p *v1alpha1.BusPool) map[string]string {
 }
 
 func poolOwnerRef(p *v1alpha1.BusPool) *metav1ac.OwnerReferenceApplyConfiguration {
-	return metav1ac.OwnerReference().
-		WithAPIVersion(v1alpha1.GroupVersion.String()).WithKind("BusPool").
-		WithName(p.Name).WithUID(p.UID).
-		WithController(true).WithBlockOwnerDeletion(true)
+	return controllerRef("BusPool", p.Name, p.UID)
+}
+
+// poolFront is what the objects in front of the pool's replicas are made
+// from: its route and Ingress send every workspace's path to them.
+func poolFront(p *v1alpha1.BusPool) busFront {
+	return busFront{
+		name: poolObjectName(p), opsName: poolOpsName(p), namespace: p.Namespace,
+		labels: poolLabels(p), selector: poolSelectorLabels(p), owner: poolOwnerRef(p),
+		pathPrefix: poolPathPrefix,
+	}
 }
 
 // poolEndpoint is the in-cluster base URL of the pool's publish API.
@@ -304,37 +309,17 @@ func poolEnv(p *v1alpha1.BusPool, o Options) []corev1.EnvVar {
 // desiredPoolService serves the pool's publish API: every placed
 // workspace, under its path.
 func desiredPoolService(p *v1alpha1.BusPool) *corev1ac.ServiceApplyConfiguration {
-	return corev1ac.Service(poolObjectName(p), p.Namespace).
-		WithLabels(poolLabels(p)).
-		WithOwnerReferences(poolOwnerRef(p)).
-		WithSpec(corev1ac.ServiceSpec().
-			WithType(corev1.ServiceTypeClusterIP).
-			WithSelector(poolSelectorLabels(p)).
-			WithPorts(corev1ac.ServicePort().WithName("http").WithProtocol(corev1.ProtocolTCP).
-				WithPort(HTTPPort).WithTargetPort(intstr.FromString("http"))))
+	return poolFront(p).httpService()
 }
 
-// desiredPoolOpsService is headless: it governs the StatefulSet and lets a
-// scraper reach every replica's /metrics.
+// desiredPoolOpsService is the pool's headless operations Service.
 func desiredPoolOpsService(p *v1alpha1.BusPool) *corev1ac.ServiceApplyConfiguration {
-	return corev1ac.Service(poolOpsName(p), p.Namespace).
-		WithLabels(poolLabels(p)).
-		WithOwnerReferences(poolOwnerRef(p)).
-		WithSpec(corev1ac.ServiceSpec().
-			WithClusterIP(corev1.ClusterIPNone).
-			WithSelector(poolSelectorLabels(p)).
-			WithPorts(corev1ac.ServicePort().WithName("ops").WithProtocol(corev1.ProtocolTCP).
-				WithPort(OpsPort).WithTargetPort(intstr.FromString("ops"))))
+	return poolFront(p).opsService()
 }
 
 // desiredPoolPDB lets one replica at a time be evicted.
 func desiredPoolPDB(p *v1alpha1.BusPool) *policyv1ac.PodDisruptionBudgetApplyConfiguration {
-	return policyv1ac.PodDisruptionBudget(poolObjectName(p), p.Namespace).
-		WithLabels(poolLabels(p)).
-		WithOwnerReferences(poolOwnerRef(p)).
-		WithSpec(policyv1ac.PodDisruptionBudgetSpec().
-			WithMaxUnavailable(intstr.FromInt32(1)).
-			WithSelector(metav1ac.LabelSelector().WithMatchLabels(poolSelectorLabels(p))))
+	return poolFront(p).pdb()
 }
 
 // poolPathPrefix is the path prefix a pool's route sends to it: every
@@ -343,56 +328,14 @@ const poolPathPrefix = "/v1/tenants/"
 
 // desiredPoolHTTPRoute sends /v1/tenants/ to the pool's Service.
 func desiredPoolHTTPRoute(p *v1alpha1.BusPool, parents []v1alpha1.GatewayParentRef) *gatewayv1ac.HTTPRouteApplyConfiguration {
-	var refs []*gatewayv1ac.ParentReferenceApplyConfiguration
-	for _, pr := range parents {
-		ref := gatewayv1ac.ParentReference().WithName(gatewayv1.ObjectName(pr.Name))
-		if pr.Namespace != "" {
-			ref = ref.WithNamespace(gatewayv1.Namespace(pr.Namespace))
-		}
-		if pr.SectionName != "" {
-			ref = ref.WithSectionName(gatewayv1.SectionName(pr.SectionName))
-		}
-		refs = append(refs, ref)
-	}
-	spec := gatewayv1ac.HTTPRouteSpec().
-		WithParentRefs(refs...).
-		WithRules(gatewayv1ac.HTTPRouteRule().
-			WithMatches(gatewayv1ac.HTTPRouteMatch().WithPath(gatewayv1ac.HTTPPathMatch().
-				WithType(gatewayv1.PathMatchPathPrefix).WithValue(poolPathPrefix))).
-			WithBackendRefs(gatewayv1ac.HTTPBackendRef().
-				WithName(gatewayv1.ObjectName(poolObjectName(p))).
-				WithPort(HTTPPort)))
-	for _, h := range p.Spec.Expose.Gateway.Hostnames {
-		spec = spec.WithHostnames(gatewayv1.Hostname(h))
-	}
-	return gatewayv1ac.HTTPRoute(poolObjectName(p), p.Namespace).
-		WithLabels(poolLabels(p)).
-		WithOwnerReferences(poolOwnerRef(p)).
-		WithSpec(spec)
+	return poolFront(p).httpRoute(parents, p.Spec.Expose.Gateway.Hostnames)
 }
 
 // desiredPoolIngress is the Ingress of /v1/tenants/ on the pool's host.
 func desiredPoolIngress(p *v1alpha1.BusPool) *networkingv1ac.IngressApplyConfiguration {
-	in := p.Spec.Expose.Ingress
-	spec := networkingv1ac.IngressSpec().
-		WithRules(networkingv1ac.IngressRule().
-			WithHost(in.Host).
-			WithHTTP(networkingv1ac.HTTPIngressRuleValue().
-				WithPaths(networkingv1ac.HTTPIngressPath().
-					WithPath(poolPathPrefix).
-					WithPathType(networkingv1.PathTypePrefix).
-					WithBackend(networkingv1ac.IngressBackend().
-						WithService(networkingv1ac.IngressServiceBackend().
-							WithName(poolObjectName(p)).
-							WithPort(networkingv1ac.ServiceBackendPort().WithNumber(HTTPPort)))))))
-	if in.ClassName != "" {
-		spec = spec.WithIngressClassName(in.ClassName)
-	}
+	secret := ""
 	if p.Spec.TLS != nil {
-		spec = spec.WithTLS(networkingv1ac.IngressTLS().WithHosts(in.Host).WithSecretName(p.Spec.TLS.SecretName))
+		secret = p.Spec.TLS.SecretName
 	}
-	return networkingv1ac.Ingress(poolObjectName(p), p.Namespace).
-		WithLabels(poolLabels(p)).
-		WithOwnerReferences(poolOwnerRef(p)).
-		WithSpec(spec)
+	return poolFront(p).ingress(p.Spec.Expose.Ingress, secret)
 }

@@ -7,11 +7,9 @@ import (
 	"strings"
 
 	networkingv1 "k8s.io/api/networking/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	networkingv1ac "k8s.io/client-go/applyconfigurations/networking/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -131,81 +129,22 @@ func (r *TenantWorkloadReconciler) reconcileIngress(ctx context.Context, s *work
 // deleteControlled deletes the object of obj's kind named like the bus when
 // the Tenant controls it; one it does not control is left alone.
 func (r *TenantWorkloadReconciler) deleteControlled(ctx context.Context, t *v1alpha1.Tenant, obj client.Object) error {
-	err := r.Get(ctx, types.NamespacedName{Namespace: t.Namespace, Name: busName(t)}, obj)
-	switch {
-	case apierrors.IsNotFound(err):
-		return nil
-	case err != nil:
-		return fmt.Errorf("get %T %s: %w", obj, busName(t), err)
-	case !controlledBy(obj, t):
-		return nil
-	}
-	if err := r.Delete(ctx, obj); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("delete %T %s: %w", obj, busName(t), err)
-	}
-	return nil
+	return deleteIfControlled(ctx, r.Client, t, busName(t), obj)
 }
 
 // desiredHTTPRoute sends the workspace's path prefix, and nothing else, to
 // the bus's HTTP Service: Tenants sharing a Gateway and host name each own
 // their prefix.
 func desiredHTTPRoute(t *v1alpha1.Tenant, parents []v1alpha1.GatewayParentRef) *gatewayv1ac.HTTPRouteApplyConfiguration {
-	var refs []*gatewayv1ac.ParentReferenceApplyConfiguration
-	for _, p := range parents {
-		ref := gatewayv1ac.ParentReference().WithName(gatewayv1.ObjectName(p.Name))
-		if p.Namespace != "" {
-			ref = ref.WithNamespace(gatewayv1.Namespace(p.Namespace))
-		}
-		if p.SectionName != "" {
-			ref = ref.WithSectionName(gatewayv1.SectionName(p.SectionName))
-		}
-		refs = append(refs, ref)
-	}
-	spec := gatewayv1ac.HTTPRouteSpec().
-		WithParentRefs(refs...).
-		WithRules(gatewayv1ac.HTTPRouteRule().
-			WithMatches(gatewayv1ac.HTTPRouteMatch().WithPath(gatewayv1ac.HTTPPathMatch().
-				WithType(gatewayv1.PathMatchPathPrefix).
-				WithValue(v1alpha1.TenantPathPrefix(t.EffectiveWorkspaceID())))).
-			WithBackendRefs(gatewayv1ac.HTTPBackendRef().
-				WithName(gatewayv1.ObjectName(busName(t))).
-				WithPort(HTTPPort)))
-	for _, h := range t.Spec.Expose.Gateway.Hostnames {
-		spec = spec.WithHostnames(gatewayv1.Hostname(h))
-	}
-	return gatewayv1ac.HTTPRoute(busName(t), t.Namespace).
-		WithLabels(tenantLabels(t)).
-		WithOwnerReferences(ownerRef(t)).
-		WithSpec(spec)
+	return tenantFront(t).httpRoute(parents, t.Spec.Expose.Gateway.Hostnames)
 }
 
 // desiredIngress is the Ingress of the workspace's path prefix on the
-// Tenant's host name.
+// Tenant's host name. The ingress controller terminates TLS with the
+// Tenant's own key pair, whose Certificate covers the host
+// (certificateDNSNames).
 func desiredIngress(t *v1alpha1.Tenant) *networkingv1ac.IngressApplyConfiguration {
-	in := t.Spec.Expose.Ingress
-	spec := networkingv1ac.IngressSpec().
-		WithRules(networkingv1ac.IngressRule().
-			WithHost(in.Host).
-			WithHTTP(networkingv1ac.HTTPIngressRuleValue().
-				WithPaths(networkingv1ac.HTTPIngressPath().
-					WithPath(v1alpha1.TenantPathPrefix(t.EffectiveWorkspaceID())).
-					WithPathType(networkingv1.PathTypePrefix).
-					WithBackend(networkingv1ac.IngressBackend().
-						WithService(networkingv1ac.IngressServiceBackend().
-							WithName(busName(t)).
-							WithPort(networkingv1ac.ServiceBackendPort().WithNumber(HTTPPort)))))))
-	if in.ClassName != "" {
-		spec = spec.WithIngressClassName(in.ClassName)
-	}
-	if secret := tlsSecretName(t); secret != "" {
-		// The ingress controller terminates TLS with the Tenant's own key
-		// pair, whose Certificate covers the host (certificateDNSNames).
-		spec = spec.WithTLS(networkingv1ac.IngressTLS().WithHosts(in.Host).WithSecretName(secret))
-	}
-	return networkingv1ac.Ingress(busName(t), t.Namespace).
-		WithLabels(tenantLabels(t)).
-		WithOwnerReferences(ownerRef(t)).
-		WithSpec(spec)
+	return tenantFront(t).ingress(t.Spec.Expose.Ingress, tlsSecretName(t))
 }
 
 // externalEndpoint is the base URL producers outside the cluster use: the

@@ -98,10 +98,17 @@ func endpoint(t *v1alpha1.Tenant, clusterDomain string) string {
 }
 
 func ownerRef(t *v1alpha1.Tenant) *metav1ac.OwnerReferenceApplyConfiguration {
-	return metav1ac.OwnerReference().
-		WithAPIVersion(v1alpha1.GroupVersion.String()).WithKind("Tenant").
-		WithName(t.Name).WithUID(t.UID).
-		WithController(true).WithBlockOwnerDeletion(true)
+	return controllerRef("Tenant", t.Name, t.UID)
+}
+
+// tenantFront is what the objects in front of the Tenant's bus pods are
+// made from.
+func tenantFront(t *v1alpha1.Tenant) busFront {
+	return busFront{
+		name: busName(t), opsName: opsServiceName(t), namespace: t.Namespace,
+		labels: tenantLabels(t), selector: selectorLabels(t), owner: ownerRef(t),
+		pathPrefix: v1alpha1.TenantPathPrefix(t.EffectiveWorkspaceID()),
+	}
 }
 
 // desiredConfigMap holds the compiled workspace configuration.
@@ -115,37 +122,17 @@ func desiredConfigMap(t *v1alpha1.Tenant, workspaceYAML []byte, hash string) *co
 
 // desiredHTTPService serves the publish API (status.endpoint).
 func desiredHTTPService(t *v1alpha1.Tenant) *corev1ac.ServiceApplyConfiguration {
-	return corev1ac.Service(busName(t), t.Namespace).
-		WithLabels(tenantLabels(t)).
-		WithOwnerReferences(ownerRef(t)).
-		WithSpec(corev1ac.ServiceSpec().
-			WithType(corev1.ServiceTypeClusterIP).
-			WithSelector(selectorLabels(t)).
-			WithPorts(corev1ac.ServicePort().WithName("http").WithProtocol(corev1.ProtocolTCP).
-				WithPort(HTTPPort).WithTargetPort(intstr.FromString("http"))))
+	return tenantFront(t).httpService()
 }
 
-// desiredOpsService is headless: it governs the StatefulSet (stable pod DNS
-// names) and lets a scraper reach every pod's /metrics.
+// desiredOpsService is the Tenant's headless operations Service.
 func desiredOpsService(t *v1alpha1.Tenant) *corev1ac.ServiceApplyConfiguration {
-	return corev1ac.Service(opsServiceName(t), t.Namespace).
-		WithLabels(tenantLabels(t)).
-		WithOwnerReferences(ownerRef(t)).
-		WithSpec(corev1ac.ServiceSpec().
-			WithClusterIP(corev1.ClusterIPNone).
-			WithSelector(selectorLabels(t)).
-			WithPorts(corev1ac.ServicePort().WithName("ops").WithProtocol(corev1.ProtocolTCP).
-				WithPort(OpsPort).WithTargetPort(intstr.FromString("ops"))))
+	return tenantFront(t).opsService()
 }
 
 // desiredPDB lets one bus pod at a time be evicted.
 func desiredPDB(t *v1alpha1.Tenant) *policyv1ac.PodDisruptionBudgetApplyConfiguration {
-	return policyv1ac.PodDisruptionBudget(busName(t), t.Namespace).
-		WithLabels(tenantLabels(t)).
-		WithOwnerReferences(ownerRef(t)).
-		WithSpec(policyv1ac.PodDisruptionBudgetSpec().
-			WithMaxUnavailable(intstr.FromInt32(1)).
-			WithSelector(metav1ac.LabelSelector().WithMatchLabels(selectorLabels(t))))
+	return tenantFront(t).pdb()
 }
 
 // busArgs are the arguments of `storybus` in a bus pod; trustedProxies
