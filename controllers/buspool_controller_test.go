@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
 
 	"github.com/storybus/storybus/api/v1alpha1"
 	"github.com/storybus/storybus/bus/pool"
@@ -100,6 +102,10 @@ func TestBusPoolRunsItsReplicas(t *testing.T) {
 	}
 	if *sts.Spec.Replicas != 3 || sts.Spec.PodManagementPolicy != appsv1.ParallelPodManagement || sts.Spec.ServiceName != "shared-pool-ops" {
 		t.Errorf("replicas %d, policy %s, service %s", *sts.Spec.Replicas, sts.Spec.PodManagementPolicy, sts.Spec.ServiceName)
+	}
+	if u := sts.Spec.UpdateStrategy; u.Type != appsv1.RollingUpdateStatefulSetStrategyType ||
+		u.RollingUpdate == nil || u.RollingUpdate.Partition == nil || *u.RollingUpdate.Partition != 0 || sts.Spec.MinReadySeconds != 5 {
+		t.Errorf("update strategy %+v, minReadySeconds %d: want a rolling update, one replica at a time, each ready 5 s", u, sts.Spec.MinReadySeconds)
 	}
 	// 20 s of drain, 15 s to finish what is in progress, 10 s of margin.
 	if g := spec.TerminationGracePeriodSeconds; g == nil || *g != 45 {
@@ -273,4 +279,30 @@ func markPoolReady(t *testing.T, ns, poolName string, ready int32) {
 			AvailableReplicas: ready, CurrentReplicas: *sts.Spec.Replicas, UpdatedReplicas: *sts.Spec.Replicas}
 		return k8s.Status().Update(context.Background(), sts)
 	})
+}
+
+// TestPoolRollsToTheOperatorsNewImage: a helm upgrade gives the operator a
+// new --bus-image; every pool that names no image of its own gets it in its
+// pod template, and nothing else of the template changes, so the
+// StatefulSet rolls once, one replica at a time. A pool with its own image
+// keeps it.
+func TestPoolRollsToTheOperatorsNewImage(t *testing.T) {
+	p := &v1alpha1.BusPool{ObjectMeta: metav1.ObjectMeta{Name: "shared", Namespace: "pools"},
+		Spec: v1alpha1.BusPoolSpec{NATS: v1alpha1.ExternalStorage{URL: "nats://nats:4222"}}}
+	before := desiredPoolStatefulSet(p, Options{BusImage: "registry.example/storybus:1.0"})
+	after := desiredPoolStatefulSet(p, Options{BusImage: "registry.example/storybus:1.1"})
+	image := func(s *appsv1ac.StatefulSetApplyConfiguration) string {
+		return *s.Spec.Template.Spec.Containers[0].Image
+	}
+	if image(before) != "registry.example/storybus:1.0" || image(after) != "registry.example/storybus:1.1" {
+		t.Fatalf("images %s, %s", image(before), image(after))
+	}
+	after.Spec.Template.Spec.Containers[0].Image = before.Spec.Template.Spec.Containers[0].Image
+	if !reflect.DeepEqual(before, after) {
+		t.Errorf("the new image changed more than the image:\n%+v\n%+v", before.Spec, after.Spec)
+	}
+	p.Spec.Image = "registry.example/storybus:pinned"
+	if got := image(desiredPoolStatefulSet(p, Options{BusImage: "registry.example/storybus:1.1"})); got != p.Spec.Image {
+		t.Errorf("a pool's own image: got %s", got)
+	}
 }

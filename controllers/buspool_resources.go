@@ -109,6 +109,10 @@ func poolExternalEndpoint(p *v1alpha1.BusPool) string {
 	return ""
 }
 
+// poolMinReady is how long a replica started by a rolling update must be
+// ready before the next replica is stopped.
+const poolMinReady = 5 * time.Second
+
 // poolDrainPeriod is spec.drainPeriod, serve's default when unset.
 func poolDrainPeriod(p *v1alpha1.BusPool) time.Duration {
 	if p.Spec.DrainPeriod == nil {
@@ -263,6 +267,15 @@ func desiredPoolStatefulSet(p *v1alpha1.BusPool, o Options) *appsv1ac.StatefulSe
 			// The replicas start together: a replica of an empty pool is
 			// not ready, and an ordered start would wait for it.
 			WithPodManagementPolicy(appsv1.ParallelPodManagement).
+			// A new image or template rolls the replicas one at a time,
+			// from the highest ordinal down: the next is stopped only once
+			// the one replaced is ready and has stayed ready for
+			// poolMinReady, long enough for the Service's endpoints to
+			// carry it, while the stopped one drains.
+			WithUpdateStrategy(appsv1ac.StatefulSetUpdateStrategy().
+				WithType(appsv1.RollingUpdateStatefulSetStrategyType).
+				WithRollingUpdate(appsv1ac.RollingUpdateStatefulSetStrategy().WithPartition(0))).
+			WithMinReadySeconds(int32(poolMinReady / time.Second)).
 			WithSelector(metav1ac.LabelSelector().WithMatchLabels(poolSelectorLabels(p))).
 			WithTemplate(pod))
 }
