@@ -211,6 +211,16 @@ func checkOperatorConfined(t *testing.T, ctx context.Context, admin client.Clien
 		t.Errorf("a pool's PodDisruptionBudget: %v", err)
 	}
 	refused("a BusPool's PodDisruptionBudget of a Tenant's bus pods", op.Create(ctx, poolPDB("bus")))
+	poolPolicy := func(component string) *networkingv1.NetworkPolicy {
+		return &networkingv1.NetworkPolicy{ObjectMeta: poolOwned("decoy-pool-np-" + component), Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{
+				"app.kubernetes.io/name": "storybus", "app.kubernetes.io/component": component, "app.kubernetes.io/instance": busPool.Name}},
+			Ingress: []networkingv1.NetworkPolicyIngressRule{{}}}}
+	}
+	if err := op.Create(ctx, poolPolicy("pool")); err != nil {
+		t.Errorf("a pool's NetworkPolicy: %v", err)
+	}
+	refused("a BusPool's NetworkPolicy of a Tenant's bus pods", op.Create(ctx, poolPolicy("bus")))
 	poolRoute := func(name, backend string) *unstructured.Unstructured {
 		m := poolOwned(name)
 		return &unstructured.Unstructured{Object: map[string]any{

@@ -16,12 +16,15 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -47,6 +50,13 @@ type BusPoolReconciler struct {
 	Pools *poolClients
 	Options
 
+	// Cache is the manager's cache, which the watch of Prometheus
+	// Operator PodMonitors is added to once they exist.
+	Cache cache.Cache
+
+	controller controller.Controller
+	// podMonitorWatch watches PodMonitors once their CRD exists.
+	podMonitorWatch kindWatch
 	// gatewayAPI is true when the cluster served HTTPRoute at setup.
 	gatewayAPI bool
 }
@@ -72,6 +82,10 @@ type busPoolScope struct {
 	expose *poolExposeObservation
 	// observed is true once the phases that read the replicas ran.
 	observed bool
+	// monitorDecided is true once the PodMonitor phase ran, and monitored
+	// the Monitored condition it decided (nil: none).
+	monitorDecided bool
+	monitored      *metav1.Condition
 }
 
 // poolExposeObservation is what the expose phase saw of the pool's route.
@@ -125,6 +139,8 @@ func (r *BusPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ 
 		r.reconcileStatefulSet,
 		r.reconcilePDB,
 		r.reconcileExpose,
+		r.reconcileNetworkPolicy,
+		r.reconcilePodMonitor,
 		r.observeCluster,
 		r.observeReplicas,
 	)
@@ -243,6 +259,63 @@ func (r *BusPoolReconciler) reconcileExpose(ctx context.Context, s *busPoolScope
 	return ctrl.Result{}, nil
 }
 
+// +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;patch;delete
+
+// reconcileNetworkPolicy applies the pool's NetworkPolicy (its
+// spec.networkPolicy, egress to its NATS servers), or deletes the one it
+// controls when the pool no longer wants it.
+func (r *BusPoolReconciler) reconcileNetworkPolicy(ctx context.Context, s *busPoolScope) (ctrl.Result, error) {
+	p := s.pool
+	np := &networkingv1.NetworkPolicy{}
+	if !p.NetworkPolicyEnabled(r.NetworkPolicy.Enabled) {
+		return ctrl.Result{}, r.deleteControlled(ctx, p, np)
+	}
+	_, err := r.write(ctx, s, "NetworkPolicy", poolObjectName(p), np, poolFront(p).networkPolicy(p.Spec.NetworkPolicy, p.Spec.NATS.URL, r.NetworkPolicy))
+	return ctrl.Result{}, err
+}
+
+// +kubebuilder:rbac:groups=monitoring.coreos.com,resources=podmonitors,verbs=get;list;watch;create;patch;delete
+
+// reconcilePodMonitor writes or removes the pool's PodMonitor and decides
+// its Monitored condition, as a Tenant's (tenant_monitoring.go).
+func (r *BusPoolReconciler) reconcilePodMonitor(ctx context.Context, s *busPoolScope) (ctrl.Result, error) {
+	p := s.pool
+	s.monitorDecided = true
+	want := p.PodMonitorEnabled(r.Monitoring.PodMonitor)
+	if !want && meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionMonitored) == nil {
+		return ctrl.Result{}, nil
+	}
+	_, err := r.RESTMapper().RESTMapping(podMonitorGVK.GroupKind(), podMonitorGVK.Version)
+	switch {
+	case meta.IsNoMatchError(err):
+		if want {
+			c := cond(v1alpha1.ConditionMonitored, metav1.ConditionFalse, v1alpha1.ReasonPrometheusOperatorNotInstalled,
+				"a PodMonitor is wanted, and the Prometheus Operator's CustomResourceDefinitions (podmonitors.monitoring.coreos.com/v1) are not installed")
+			s.monitored = &c
+			return requeueAfter(crdRecheck), nil
+		}
+		return ctrl.Result{}, nil
+	case err != nil:
+		return ctrl.Result{}, fmt.Errorf("look up podmonitors.monitoring.coreos.com: %w", err)
+	}
+	if err := r.podMonitorWatch.start(ctx, r.controller, r.Cache, r.Client, &v1alpha1.BusPool{}, podMonitorGVK); err != nil {
+		return ctrl.Result{}, fmt.Errorf("watch podmonitors: %w", err)
+	}
+	cur := &unstructured.Unstructured{}
+	cur.SetGroupVersionKind(podMonitorGVK)
+	if !want {
+		return ctrl.Result{}, r.deleteControlled(ctx, p, cur)
+	}
+	desired := poolFront(p).podMonitor(p.Spec.Monitoring, r.Monitoring, "pool")
+	if _, err := r.write(ctx, s, "PodMonitor", poolObjectName(p), cur, client.ApplyConfigurationFromUnstructured(desired)); err != nil {
+		return ctrl.Result{}, err
+	}
+	c := cond(v1alpha1.ConditionMonitored, metav1.ConditionTrue, v1alpha1.ReasonPodMonitorWritten,
+		"PodMonitor %s scrapes the replicas' /metrics", poolObjectName(p))
+	s.monitored = &c
+	return ctrl.Result{}, nil
+}
+
 // deleteControlled deletes the pool's object of obj's kind, named like the
 // pool's StatefulSet, when the pool controls it.
 func (r *BusPoolReconciler) deleteControlled(ctx context.Context, p *v1alpha1.BusPool, obj client.Object) error {
@@ -308,6 +381,11 @@ func (s *busPoolScope) setStatus(clusterDomain string) {
 		p.Status.Tenants = s.tenants
 		p.Status.ReplicaStatuses = replicaStatuses(s.pods, s.client)
 		cs = append(cs, poolAvailable(p, s.pods))
+	}
+	if s.monitored != nil {
+		cs = append(cs, *s.monitored)
+	} else if s.monitorDecided {
+		meta.RemoveStatusCondition(&p.Status.Conditions, v1alpha1.ConditionMonitored)
 	}
 	if s.expose != nil {
 		cs = append(cs, poolExposedCondition(p, s.expose))
@@ -436,12 +514,13 @@ func (r *BusPoolReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.gatewayAPI {
 		b = b.Owns(&gatewayv1.HTTPRoute{})
 	}
-	return b.
+	c, err := b.
 		For(&v1alpha1.BusPool{}, builder.WithPredicates(specChanged)).
 		Owns(&appsv1.StatefulSet{}).
 		Owns(&corev1.Service{}, generation).
 		Owns(&policyv1.PodDisruptionBudget{}, generation).
 		Owns(&networkingv1.Ingress{}).
+		Owns(&networkingv1.NetworkPolicy{}, generation).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 			return requestsFor(o.GetNamespace(), o.GetLabels()[LabelPool])
 		})).
@@ -449,7 +528,9 @@ func (r *BusPoolReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		WatchesRawSource(source.Channel(r.Pools.poolEvents, coalesced(newCoalescer(poolStatusCoalesce, poolStatusCoalesce), func(_ context.Context, ev poolEvent) []reconcile.Request {
 			return []reconcile.Request{{NamespacedName: ev.pool}}
 		}))).
-		Complete(observed{kind: "BusPool", inner: r})
+		Build(observed{kind: "BusPool", inner: r})
+	r.controller = c
+	return err
 }
 
 // poolsOfSecret maps a Secret to the BusPools whose NATS credentials or

@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"reflect"
 	"slices"
@@ -13,9 +14,12 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/storybus/storybus/api/v1alpha1"
 	"github.com/storybus/storybus/bus/pool"
@@ -245,6 +249,57 @@ func TestBusPoolUnreachableCluster(t *testing.T) {
 		t.Errorf("ClusterReady %+v: want the URL that failed", c)
 	}
 	mustGet(t, ns, "far-pool", &appsv1.StatefulSet{})
+}
+
+// TestBusPoolNetworkPolicy: a pool that asks for a NetworkPolicy gets one
+// selecting its replicas only, with its publish sources and egress to its
+// NATS servers; turned off, it goes. The Tenants placed on the pool have
+// none of their own: the pool's fences them.
+func TestBusPoolNetworkPolicy(t *testing.T) {
+	ns := newNamespace(t)
+	gateway := networkingv1.NetworkPolicyPeer{
+		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: "gateway-system"}},
+	}
+	create(t, newBusPool(ns, "fenced", "nats://nats.nats-system.svc:4222", func(p *v1alpha1.BusPool) {
+		p.Spec.NetworkPolicy = &v1alpha1.TenantNetworkPolicy{Enabled: new(true), PublishFrom: []networkingv1.NetworkPolicyPeer{gateway}}
+	}))
+	np := &networkingv1.NetworkPolicy{}
+	eventually(t, "NetworkPolicy fenced-pool", func() error { return get(ns, "fenced-pool", np) })
+	want := map[string]string{"app.kubernetes.io/name": "storybus", "app.kubernetes.io/component": "pool", "app.kubernetes.io/instance": "fenced"}
+	if !reflect.DeepEqual(np.Spec.PodSelector.MatchLabels, want) {
+		t.Errorf("pod selector %v, want %v", np.Spec.PodSelector.MatchLabels, want)
+	}
+	if len(np.Spec.Ingress) == 0 || np.Spec.Ingress[0].Ports[0].Port.IntValue() != HTTPPort || !reflect.DeepEqual(np.Spec.Ingress[0].From, []networkingv1.NetworkPolicyPeer{gateway}) {
+		t.Errorf("publish ingress %+v: want the pool's publishFrom", np.Spec.Ingress)
+	}
+	natsReached := false
+	for _, e := range np.Spec.Egress {
+		for _, to := range e.To {
+			if to.NamespaceSelector != nil && to.NamespaceSelector.MatchLabels[corev1.LabelMetadataName] == "nats-system" && e.Ports[0].Port.IntValue() == 4222 {
+				natsReached = true
+			}
+		}
+	}
+	if !natsReached {
+		t.Errorf("egress %+v: want the pool's NATS servers (namespace nats-system, port 4222)", np.Spec.Egress)
+	}
+	p := &v1alpha1.BusPool{}
+	mustGet(t, ns, "fenced", p)
+	if err := isController(np, p); err != nil {
+		t.Error(err)
+	}
+
+	orig := p.DeepCopy()
+	p.Spec.NetworkPolicy.Enabled = new(false)
+	if err := k8s.Patch(context.Background(), p, client.MergeFrom(orig)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "NetworkPolicy removed", func() error {
+		if err := get(ns, "fenced-pool", &networkingv1.NetworkPolicy{}); !apierrors.IsNotFound(err) {
+			return errors.Join(errNotYet, err)
+		}
+		return nil
+	})
 }
 
 // startFakePoolPod creates a ready replica pod of the pool, as kubelet

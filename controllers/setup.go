@@ -216,7 +216,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	if err := mgr.Add(pools); err != nil {
 		return err
 	}
-	if err := (&BusPoolReconciler{objectWriter: w, Secrets: secrets, Recorder: rec, Pools: pools, Options: o}).SetupWithManager(mgr); err != nil {
+	if err := (&BusPoolReconciler{objectWriter: w, Secrets: secrets, Recorder: rec, Pools: pools, Cache: mgr.GetCache(), Options: o}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("buspool controller: %w", err)
 	}
 	if err := (&TenantPoolReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Secrets: secrets, Recorder: rec, Pools: pools, Options: o}).SetupWithManager(mgr); err != nil {

@@ -91,26 +91,32 @@ func (r *TenantWorkloadReconciler) reconcilePodMonitor(ctx context.Context, s *w
 	return ctrl.Result{}, nil
 }
 
-// desiredPodMonitor scrapes /metrics on the operations port of the
-// Tenant's bus pods, every pod whether ready or not (a bus that is not
-// ready says why in its metrics), as job storybus-bus with the Tenant's
-// name as the tenant label.
+// desiredPodMonitor is the Tenant's PodMonitor, whose scrapes carry the
+// Tenant's name as the tenant label.
 func desiredPodMonitor(t *v1alpha1.Tenant, o MonitoringOptions) *unstructured.Unstructured {
+	return tenantFront(t).podMonitor(t.Spec.Monitoring, o, "tenant")
+}
+
+// podMonitor scrapes /metrics on the operations port of the bus pods,
+// every pod whether ready or not (a bus that is not ready says why in its
+// metrics), as job storybus-bus, with the pods' instance (the Tenant's or
+// the pool's name) as the label instanceLabel.
+func (f busFront) podMonitor(spec *v1alpha1.TenantMonitoring, o MonitoringOptions, instanceLabel string) *unstructured.Unstructured {
 	interval := o.Interval
 	labels := maps.Clone(o.Labels)
 	if labels == nil {
 		labels = map[string]string{}
 	}
-	if m := t.Spec.Monitoring; m != nil && m.PodMonitor != nil {
-		if m.PodMonitor.Interval != "" {
-			interval = m.PodMonitor.Interval
+	if spec != nil && spec.PodMonitor != nil {
+		if spec.PodMonitor.Interval != "" {
+			interval = spec.PodMonitor.Interval
 		}
-		maps.Copy(labels, m.PodMonitor.Labels)
+		maps.Copy(labels, spec.PodMonitor.Labels)
 	}
 	// The operator's own labels win: it finds its objects by them.
-	maps.Copy(labels, tenantLabels(t))
+	maps.Copy(labels, f.labels)
 	selector := map[string]any{}
-	for k, v := range selectorLabels(t) {
+	for k, v := range f.selector {
 		selector[k] = v
 	}
 	endpoint := map[string]any{
@@ -119,7 +125,7 @@ func desiredPodMonitor(t *v1alpha1.Tenant, o MonitoringOptions) *unstructured.Un
 		"scheme": "http",
 		"relabelings": []any{
 			map[string]any{"action": "replace", "targetLabel": "job", "replacement": BusScrapeJob},
-			map[string]any{"action": "replace", "sourceLabels": []any{"__meta_kubernetes_pod_label_app_kubernetes_io_instance"}, "targetLabel": "tenant"},
+			map[string]any{"action": "replace", "sourceLabels": []any{"__meta_kubernetes_pod_label_app_kubernetes_io_instance"}, "targetLabel": instanceLabel},
 		},
 	}
 	if interval != "" {
@@ -132,6 +138,12 @@ func desiredPodMonitor(t *v1alpha1.Tenant, o MonitoringOptions) *unstructured.Un
 		},
 	}}
 	u.SetGroupVersionKind(podMonitorGVK)
-	setTenantMetadata(u, t, busName(t), labels)
+	u.SetName(f.name)
+	u.SetNamespace(f.namespace)
+	u.SetLabels(labels)
+	u.SetOwnerReferences([]metav1.OwnerReference{{
+		APIVersion: *f.owner.APIVersion, Kind: *f.owner.Kind, Name: *f.owner.Name, UID: *f.owner.UID,
+		Controller: f.owner.Controller, BlockOwnerDeletion: f.owner.BlockOwnerDeletion,
+	}})
 	return u
 }

@@ -34,8 +34,12 @@ func TestTenantPodMonitor(t *testing.T) {
 		}}
 	}))
 	create(t, newTenant(ns, "quiet"))
+	create(t, newBusPool(ns, "watched", "nats://127.0.0.1:1", func(p *v1alpha1.BusPool) {
+		p.Spec.Monitoring = &v1alpha1.TenantMonitoring{PodMonitor: &v1alpha1.TenantPodMonitor{Enabled: new(true)}}
+	}))
 	tn := &v1alpha1.Tenant{}
 	waitCondition(t, ns, "news", tn, tenantGen, v1alpha1.ConditionMonitored, metav1.ConditionFalse, v1alpha1.ReasonPrometheusOperatorNotInstalled)
+	waitCondition(t, ns, "watched", &v1alpha1.BusPool{}, busPoolGen, v1alpha1.ConditionMonitored, metav1.ConditionFalse, v1alpha1.ReasonPrometheusOperatorNotInstalled)
 
 	if _, err := envtest.InstallCRDs(restConfig, envtest.CRDInstallOptions{
 		Paths: []string{filepath.Join(pinnedModuleDir(t, "prometheus-operator", "github.com/prometheus-operator/prometheus-operator"),
@@ -76,6 +80,22 @@ func TestTenantPodMonitor(t *testing.T) {
 	if !slices.Equal(targets, []string{"job", "tenant"}) || rl[0].(map[string]any)["replacement"] != BusScrapeJob {
 		t.Errorf("relabelings %v", rl)
 	}
+
+	// A pool asks as a Tenant does; its scrapes are labelled by pool.
+	eventually(t, "PodMonitor watched-pool", func() error { return get(ns, "watched-pool", podMonitor()) })
+	ppm := podMonitor()
+	mustGet(t, ns, "watched-pool", ppm)
+	psel, _, _ := unstructured.NestedStringMap(ppm.Object, "spec", "selector", "matchLabels")
+	if psel["app.kubernetes.io/component"] != "pool" || psel["app.kubernetes.io/instance"] != "watched" {
+		t.Errorf("pool PodMonitor selector %v", psel)
+	}
+	peps, _, _ := unstructured.NestedSlice(ppm.Object, "spec", "podMetricsEndpoints")
+	prl, _, _ := unstructured.NestedSlice(peps[0].(map[string]any), "relabelings")
+	if len(prl) != 2 || prl[1].(map[string]any)["targetLabel"] != "pool" {
+		t.Errorf("pool PodMonitor relabelings %v: want the instance as pool", prl)
+	}
+	pool := &v1alpha1.BusPool{}
+	waitCondition(t, ns, "watched", pool, busPoolGen, v1alpha1.ConditionMonitored, metav1.ConditionTrue, v1alpha1.ReasonPodMonitorWritten)
 
 	// A Tenant that did not ask has none, and no condition.
 	quiet := &v1alpha1.Tenant{}

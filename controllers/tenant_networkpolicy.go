@@ -67,18 +67,29 @@ func (r *TenantWorkloadReconciler) reconcileNetworkPolicy(ctx context.Context, s
 	return ctrl.Result{}, r.deleteControlled(ctx, t, np)
 }
 
-// desiredNetworkPolicy lets into the bus pods only the publish port from
-// the sources the platform names and the operations port from the
-// monitoring and operator namespaces, and out of them only the cluster's
-// DNS servers and the external NATS servers. The kubelet's probes are not subject to it.
+// desiredNetworkPolicy is the Tenant's NetworkPolicy: the bus pods'
+// sources and the Tenant's external NATS servers.
 func desiredNetworkPolicy(t *v1alpha1.Tenant, o NetworkPolicyOptions) *networkingv1ac.NetworkPolicyApplyConfiguration {
+	var natsURL string
+	if st := t.Spec.Storage; st != nil && st.External != nil {
+		natsURL = st.External.URL
+	}
+	return tenantFront(t).networkPolicy(t.Spec.NetworkPolicy, natsURL, o)
+}
+
+// networkPolicy lets into the bus pods only the publish port from the
+// sources the platform names and the operations port from the monitoring
+// and operator namespaces, and out of them only the cluster's DNS servers
+// and the servers of natsURL (none when it is empty). The kubelet's probes
+// are not subject to it.
+func (f busFront) networkPolicy(spec *v1alpha1.TenantNetworkPolicy, natsURL string, o NetworkPolicyOptions) *networkingv1ac.NetworkPolicyApplyConfiguration {
 	tcp, udp := corev1.ProtocolTCP, corev1.ProtocolUDP
 	port := func(proto corev1.Protocol, p intstr.IntOrString) *networkingv1ac.NetworkPolicyPortApplyConfiguration {
 		return networkingv1ac.NetworkPolicyPort().WithProtocol(proto).WithPort(p)
 	}
 	publish := networkingv1ac.NetworkPolicyIngressRule().
 		WithPorts(port(tcp, intstr.FromInt32(HTTPPort))).
-		WithFrom(publishPeers(t, o)...)
+		WithFrom(publishPeers(spec, o)...)
 	var opsFrom []*networkingv1ac.NetworkPolicyPeerApplyConfiguration
 	for _, ns := range compactStrings(o.MonitoringNamespace, o.OperatorNamespace) {
 		opsFrom = append(opsFrom, networkingv1ac.NetworkPolicyPeer().
@@ -101,26 +112,24 @@ func desiredNetworkPolicy(t *v1alpha1.Tenant, o NetworkPolicyOptions) *networkin
 				WithNamespaceSelector(metav1ac.LabelSelector().WithMatchLabels(map[string]string{corev1.LabelMetadataName: dnsNamespace})).
 				WithPodSelector(metav1ac.LabelSelector().WithMatchLabels(dnsPods))),
 	}
-	if st := t.Spec.Storage; st != nil && st.External != nil {
-		egress = append(egress, natsEgress(st.External.URL)...)
-	}
-	return networkingv1ac.NetworkPolicy(busName(t), t.Namespace).
-		WithLabels(tenantLabels(t)).
-		WithOwnerReferences(ownerRef(t)).
+	egress = append(egress, natsEgress(natsURL)...)
+	return networkingv1ac.NetworkPolicy(f.name, f.namespace).
+		WithLabels(f.labels).
+		WithOwnerReferences(f.owner).
 		WithSpec(networkingv1ac.NetworkPolicySpec().
-			WithPodSelector(metav1ac.LabelSelector().WithMatchLabels(selectorLabels(t))).
+			WithPodSelector(metav1ac.LabelSelector().WithMatchLabels(f.selector)).
 			WithPolicyTypes(networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress).
 			WithIngress(ingress...).
 			WithEgress(egress...))
 }
 
-// publishPeers are the sources of the publish port: the Tenant's
-// publishFrom, else the operator's namespaces, else the Tenant's own
+// publishPeers are the sources of the publish port: the spec's
+// publishFrom, else the operator's namespaces, else the pods' own
 // namespace.
-func publishPeers(t *v1alpha1.Tenant, o NetworkPolicyOptions) []*networkingv1ac.NetworkPolicyPeerApplyConfiguration {
+func publishPeers(spec *v1alpha1.TenantNetworkPolicy, o NetworkPolicyOptions) []*networkingv1ac.NetworkPolicyPeerApplyConfiguration {
 	var out []*networkingv1ac.NetworkPolicyPeerApplyConfiguration
-	if np := t.Spec.NetworkPolicy; np != nil && len(np.PublishFrom) > 0 {
-		for _, p := range np.PublishFrom {
+	if spec != nil && len(spec.PublishFrom) > 0 {
+		for _, p := range spec.PublishFrom {
 			peer := networkingv1ac.NetworkPolicyPeer()
 			if p.NamespaceSelector != nil {
 				peer = peer.WithNamespaceSelector(labelSelector(p.NamespaceSelector))

@@ -18,7 +18,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
@@ -163,20 +165,27 @@ type kindWatch struct {
 }
 
 // watchControlled has the controller reconcile the Tenant controlling an
-// object of kind gvk whenever one changes, starting the watch through w
-// unless it started already, and waits until the watch sees every change:
-// an object deleted before that would never be written again.
+// object of kind gvk whenever one changes (kindWatch.start).
 func (r *TenantWorkloadReconciler) watchControlled(ctx context.Context, w *kindWatch, gvk schema.GroupVersionKind) error {
+	return w.start(ctx, r.controller, r.Cache, r.Client, &v1alpha1.Tenant{}, gvk)
+}
+
+// start has c reconcile the object of owner's kind controlling an object
+// of kind gvk whenever one changes, starting the watch in informers unless it
+// started already (or there is no controller: a reconciler called
+// directly), and waits until the watch sees every change: an object
+// deleted before that would never be written again.
+func (w *kindWatch) start(ctx context.Context, c controller.Controller, informers cache.Cache, cl client.Client, owner client.Object, gvk schema.GroupVersionKind) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.started || r.controller == nil {
+	if w.started || c == nil {
 		return nil
 	}
 	u := &unstructured.Unstructured{}
 	u.SetGroupVersionKind(gvk)
-	src := source.Kind[client.Object](r.Cache, u,
-		handler.EnqueueRequestForOwner(r.Scheme(), r.RESTMapper(), &v1alpha1.Tenant{}, handler.OnlyControllerOwner()))
-	if err := r.controller.Watch(src); err != nil {
+	src := source.Kind[client.Object](informers, u,
+		handler.EnqueueRequestForOwner(cl.Scheme(), cl.RESTMapper(), owner, handler.OnlyControllerOwner()))
+	if err := c.Watch(src); err != nil {
 		return err
 	}
 	w.started = true

@@ -71,6 +71,19 @@ type BusPoolSpec struct {
 	// +optional
 	Template *TenantTemplate `json:"template,omitempty"`
 
+	// NetworkPolicy restricts who reaches the replicas and what they
+	// reach, as a Tenant's does its bus pods: the publish port from
+	// publishFrom (or the operator's defaults), egress to DNS and the
+	// pool's NATS servers. Default: the operator's --network-policy.
+	// +optional
+	NetworkPolicy *TenantNetworkPolicy `json:"networkPolicy,omitempty"`
+
+	// Monitoring says how Prometheus finds the replicas: a PodMonitor of
+	// the Prometheus Operator, whose scrapes carry the pool's name as the
+	// pool label. Default: the operator's --pod-monitor.
+	// +optional
+	Monitoring *TenantMonitoring `json:"monitoring,omitempty"`
+
 	// AllowedTenants says which namespaces may place Tenants on the pool.
 	// Default: the pool's own namespace.
 	// +kubebuilder:default={namespaces:{from:Same}}
@@ -338,3 +351,15 @@ const (
 // pool: it removes the workspace from the pool, and applies the deletion
 // policy to its data on the pool's cluster, before the Tenant goes.
 const PoolFinalizer = "bus.storybus.io/pool"
+
+// NetworkPolicyEnabled says whether the pool's NetworkPolicy is rendered,
+// given the operator's default.
+func (p *BusPool) NetworkPolicyEnabled(operatorDefault bool) bool {
+	return p.Spec.NetworkPolicy.enabled(operatorDefault)
+}
+
+// PodMonitorEnabled says whether the pool's PodMonitor is written, given
+// the operator's default.
+func (p *BusPool) PodMonitorEnabled(operatorDefault bool) bool {
+	return p.Spec.Monitoring.podMonitorEnabled(operatorDefault)
+}

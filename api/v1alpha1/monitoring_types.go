@@ -33,7 +33,13 @@ type TenantPodMonitor struct {
 // PodMonitorEnabled says whether the Tenant's PodMonitor is written,
 // given the operator's default.
 func (t *Tenant) PodMonitorEnabled(operatorDefault bool) bool {
-	if m := t.Spec.Monitoring; m != nil && m.PodMonitor != nil && m.PodMonitor.Enabled != nil {
+	return t.Spec.Monitoring.podMonitorEnabled(operatorDefault)
+}
+
+// podMonitorEnabled is m's podMonitor.enabled, the operator's default when
+// m does not say.
+func (m *TenantMonitoring) podMonitorEnabled(operatorDefault bool) bool {
+	if m != nil && m.PodMonitor != nil && m.PodMonitor.Enabled != nil {
 		return *m.PodMonitor.Enabled
 	}
 	return operatorDefault

@@ -28,7 +28,12 @@ type TenantNetworkPolicy struct {
 // NetworkPolicyEnabled says whether the Tenant's NetworkPolicy is rendered,
 // given the operator's default.
 func (t *Tenant) NetworkPolicyEnabled(operatorDefault bool) bool {
-	if np := t.Spec.NetworkPolicy; np != nil && np.Enabled != nil {
+	return t.Spec.NetworkPolicy.enabled(operatorDefault)
+}
+
+// enabled is np's Enabled, the operator's default when np does not say.
+func (np *TenantNetworkPolicy) enabled(operatorDefault bool) bool {
+	if np != nil && np.Enabled != nil {
 		return *np.Enabled
 	}
 	return operatorDefault

@@ -140,6 +140,16 @@ func (in *BusPoolSpec) DeepCopyInto(out *BusPoolSpec) {
 		*out = new(TenantTemplate)
 		(*in).DeepCopyInto(*out)
 	}
+	if in.NetworkPolicy != nil {
+		in, out := &in.NetworkPolicy, &out.NetworkPolicy
+		*out = new(TenantNetworkPolicy)
+		(*in).DeepCopyInto(*out)
+	}
+	if in.Monitoring != nil {
+		in, out := &in.Monitoring, &out.Monitoring
+		*out = new(TenantMonitoring)
+		(*in).DeepCopyInto(*out)
+	}
 	if in.AllowedTenants != nil {
 		in, out := &in.AllowedTenants, &out.AllowedTenants
 		*out = new(AllowedTenants)
