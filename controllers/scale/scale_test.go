@@ -9,6 +9,10 @@
 // and STORYBUS_SCALE_WORKERS=N the operator's --max-concurrent-reconciles.
 // Run with -v for the numbers docs/performance.md records.
 //
+// pool_test.go, built with the scale tag (make scale-pool), is the bus
+// pool's benchmark: Tenants placed on a BusPool of three replica
+// processes on a three-node NATS cluster.
+//
 // Once all are Ready, the operator must make no more writes: for a little
 // longer than its --sync-period (10 s, 2 min with STORYBUS_SCALE=full;
 // STORYBUS_SCALE_SYNC sets another), through its resync (whose events
