@@ -221,7 +221,7 @@ func (s *Server) build(ctx context.Context, cfg *config.Workspace) (ws *workspac
 	if ws, ok := (*s.workspaces.Load())[cfg.ID]; ok {
 		// The store first: should it fail, the policy and the configuration
 		// both stay as they were.
-		if _, err := s.opts.Store.OpenWorkspace(ctx, cfg.ID, cfg.IdempotencyWindow.Duration, s.opts.TopicRetention); err != nil {
+		if _, err := s.openStore(ctx, cfg); err != nil {
 			return nil, false, store.Unavailable(err)
 		}
 		if err := ws.policy.Update(ctx, cfg); err != nil {
@@ -233,7 +233,7 @@ func (s *Server) build(ctx context.Context, cfg *config.Workspace) (ws *workspac
 	if err != nil {
 		return nil, false, fmt.Errorf("workspace %q: %w", cfg.ID, err)
 	}
-	sw, err := s.opts.Store.OpenWorkspace(ctx, cfg.ID, cfg.IdempotencyWindow.Duration, s.opts.TopicRetention)
+	sw, err := s.openStore(ctx, cfg)
 	if err != nil {
 		return nil, false, store.Unavailable(err)
 	}
@@ -279,6 +279,14 @@ func (s *Server) build(ctx context.Context, cfg *config.Workspace) (ws *workspac
 		s.log.Warn("the topic holds messages the bus did not publish", "workspace", cfg.ID, "skipped", rec.Skipped)
 	}
 	return ws, true, nil
+}
+
+// openStore creates or updates the workspace's stream and buckets as cfg
+// says: its idempotency window, the bus's topic retention and cfg's topic
+// limits, in force on the stream once it returns.
+func (s *Server) openStore(ctx context.Context, cfg *config.Workspace) (*store.Workspace, error) {
+	limits := store.TopicLimits{MaxBytes: cfg.Topic.Bytes(), MaxMsgs: cfg.Topic.MaxMessages}
+	return s.opts.Store.OpenWorkspace(ctx, cfg.ID, cfg.IdempotencyWindow.Duration, s.opts.TopicRetention, store.WithTopicLimits(limits))
 }
 
 // swapIn puts cfg in force for ws: its capacity and configuration, and, for

@@ -6,6 +6,7 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -48,7 +49,9 @@ func TestCatalogueEntriesAreComplete(t *testing.T) {
 		if r.Status == 0 && !r.Warning {
 			t.Errorf("%s has no status and is no warning", r.ID)
 		}
-		if r.Status != 0 && (r.Status < 400 || r.Status > 503) {
+		// 4xx and 503, and 507 for a full topic: the one 5xx whose cause
+		// is not the bus's to end.
+		if r.Status != 0 && (r.Status < 400 || r.Status > 503) && r.Status != http.StatusInsufficientStorage {
 			t.Errorf("%s has status %d", r.ID, r.Status)
 		}
 	}

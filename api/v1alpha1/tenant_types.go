@@ -102,7 +102,8 @@ type TenantSpec struct {
 	Policies []PolicyModule `json:"policies,omitempty"`
 
 	// Capacity bounds what the workspace may hold of each bus pod at once,
-	// so that its load cannot starve another workspace the pod serves.
+	// so that its load cannot starve another workspace the pod serves, and
+	// of its store: its topic's bytes and messages.
 	// +optional
 	Capacity *TenantCapacity `json:"capacity,omitempty"`
 
@@ -542,8 +543,9 @@ type TenantList struct {
 	Items []Tenant `json:"items"`
 }
 
-// TenantCapacity bounds a workspace's share of one bus pod. Past a bound a
-// publish is answered 503 with Retry-After at once, never queued.
+// TenantCapacity bounds a workspace's share of one bus pod and of its
+// store. Past a bound of the pod a publish is answered 503 with
+// Retry-After at once, never queued; past the topic's, 507.
 type TenantCapacity struct {
 	// PolicyConcurrency is the evaluations of spec.policies that may run
 	// at once; past it 503 policy.busy. Default: half the pod's cores, at
@@ -559,4 +561,30 @@ type TenantCapacity struct {
 	// +kubebuilder:validation:Maximum=10000
 	// +optional
 	RequestConcurrency int32 `json:"requestConcurrency,omitempty"`
+	// Topic bounds the workspace's topic on its store (the embedded one or
+	// the external cluster, a pool's included): past it a publish is
+	// refused 507 workspace.storage_full, and no message it accepted is
+	// dropped. Unset: the store's own limits.
+	// +optional
+	Topic *TopicCapacity `json:"topic,omitempty"`
+}
+
+// TopicCapacity bounds a workspace's topic stream. The stream discards new
+// messages at a bound, never old ones: a message accepted stays until the
+// topic's retention ends, and a bound lowered under what the topic holds
+// refuses publishes until retention brings it under.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.maxBytes) || (quantity(string(self.maxBytes)).compareTo(quantity('1Mi')) >= 0 && quantity(string(self.maxBytes)).compareTo(quantity('1Pi')) <= 0)",message="maxBytes must be between 1Mi and 1Pi"
+type TopicCapacity struct {
+	// MaxBytes is the most the topic holds, as JetStream counts a stream's
+	// bytes (each message's subject, headers and body, and a few bytes
+	// more), from 1Mi to 1Pi.
+	// +optional
+	MaxBytes *resource.Quantity `json:"maxBytes,omitempty"`
+	// MaxMessages is the most messages the topic holds, from 1 to a
+	// trillion.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000000000000
+	// +optional
+	MaxMessages int64 `json:"maxMessages,omitempty"`
 }

@@ -304,10 +304,19 @@ func (a *attempt) published(ack *jetstream.PubAck) {
 }
 
 // publishFailed handles a failed publish. One that wrote nothing (the
-// store answered no) removes the record so the retry is checked as new;
-// one that may have landed (a timeout) leaves it to the lease and the
-// topic's duplicate window.
+// store answered no, a full topic among them) removes the record so the
+// retry is checked as new; one that may have landed (a timeout) leaves it
+// to the lease and the topic's duplicate window.
 func (a *attempt) publishFailed(ctx context.Context, err error) Outcome {
+	if store.IsTopicFull(err) {
+		// The topic refused the message and kept everything it held
+		// (discard new): the record goes, so that the same message sent
+		// once the limit is raised is checked as new, and no story head
+		// moved.
+		a.c.log.WarnContext(ctx, "topic full", "workspace", a.c.ws.ID, "messageID", a.msg.MessageID, "error", err)
+		a.remove(ctx)
+		return refuse(rules.New(rules.WorkspaceStorageFull, "the workspace's topic is at its storage limit; the message was not published; keep it and retry with the same message_id and body once the platform has raised the limit", ""))
+	}
 	a.c.log.WarnContext(ctx, "publish failed", "workspace", a.c.ws.ID, "messageID", a.msg.MessageID, "error", err)
 	if !store.MayHaveLanded(err) {
 		a.remove(ctx)

@@ -38,6 +38,7 @@ func TestOnExternalCluster(t *testing.T) {
 		"stopped after publish":      TestStoppedAfterPublish,
 		"publish and removal failed": TestPublishAndRemovalFailureLeavesLease,
 		"resend after a stale view":  TestResendAfterAStaleView,
+		"full topic":                 TestFullTopicRefusesAndKeepsWhatItAccepted,
 	} {
 		t.Run(name, scenario)
 	}

@@ -63,6 +63,7 @@ func TestSoleWriterPassesTheCoreTests(t *testing.T) {
 		"SnapshotOrder":                             TestSnapshotOrder,
 		"HeadIsReadFromTheStoreAfterRestart":        TestHeadIsReadFromTheStoreAfterRestart,
 		"OwnerWhenThePolicyNamesNone":               TestOwnerWhenThePolicyNamesNone,
+		"FullTopicRefusesAndKeepsWhatItAccepted":    TestFullTopicRefusesAndKeepsWhatItAccepted,
 	} {
 		t.Run(name, func(t *testing.T) {
 			soleCores = true

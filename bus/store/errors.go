@@ -3,6 +3,7 @@ package store
 import (
 	"errors"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -114,6 +115,25 @@ func IsWrongLastSequence(err error) bool {
 	}
 	return apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
 		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
+}
+
+// jsErrCodeStreamStoreFailed is nats-server's JSStreamStoreFailedF (10077):
+// the stream did not store a message, its description saying why. nats.go
+// names no constant for it.
+const jsErrCodeStreamStoreFailed jetstream.ErrorCode = 10077
+
+// IsTopicFull reports a publish that the topic refused because it holds
+// its MaxBytes or MaxMsgs (WithTopicLimits): the store answered 10077 with
+// nats-server's own ErrMaxBytes or ErrMaxMsgs as the description, the only
+// part of the answer that tells a full stream from another store failure.
+// Nothing was written (Classify says KindDefiniteFailure), and nothing the
+// stream held was dropped for it.
+func IsTopicFull(err error) bool {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) || apiErr.ErrorCode != jsErrCodeStreamStoreFailed {
+		return false
+	}
+	return apiErr.Description == server.ErrMaxBytes.Error() || apiErr.Description == server.ErrMaxMsgs.Error()
 }
 
 // ErrUnavailable marks a failure that is the store's, not its caller's:

@@ -189,6 +189,33 @@ type WorkspaceOption func(*workspaceOptions)
 
 type workspaceOptions struct {
 	durableRecords bool
+	topic          TopicLimits
+}
+
+// TopicLimits bound a workspace's topic stream: the stream's MaxBytes and
+// MaxMsgs. Zero leaves either unbounded (up to the store's and its
+// account's limits).
+type TopicLimits struct {
+	MaxBytes int64
+	MaxMsgs  int64
+}
+
+// WithTopicLimits sets the topic's limits; OpenWorkspace without it
+// leaves the topic unbounded. The topic discards new messages at a limit,
+// never old ones: a publish over it is refused (IsTopicFull) and every
+// message it holds stays until its retention ends. A limit lowered under
+// what the topic holds removes nothing either: publishes are refused
+// until retention brings it under.
+func WithTopicLimits(l TopicLimits) WorkspaceOption {
+	return func(o *workspaceOptions) { o.topic = l }
+}
+
+// limit is a stream limit as JetStream reads one: -1 for none.
+func limit(n int64) int64 {
+	if n <= 0 {
+		return -1
+	}
+	return n
 }
 
 // DurableRecords creates the records bucket with the store's default
@@ -242,7 +269,10 @@ func EncodeToken(id string) string { return base64.RawURLEncoding.EncodeToString
 
 // OpenWorkspace creates or updates the workspace's stream and records
 // bucket. Records live for window (never less than 7 days), the topic keeps
-// messages for retention (0: until the store's limits).
+// messages for retention (0: until the store's limits) and holds at most
+// its WithTopicLimits. Each call updates a stream that exists to the
+// configuration given, so that a changed limit is in force once the call
+// returns.
 func (s *Store) OpenWorkspace(ctx context.Context, workspace string, window, retention time.Duration, opts ...WorkspaceOption) (*Workspace, error) {
 	var o workspaceOptions
 	for _, opt := range opts {
@@ -253,7 +283,12 @@ func (s *Store) OpenWorkspace(ctx context.Context, workspace string, window, ret
 		Description: "storybus topic of workspace " + workspace,
 		Subjects:    []string{"som." + workspace + ".>"},
 		Retention:   jetstream.LimitsPolicy,
+		// Discard new, never old: at a limit the publish is refused and
+		// the producer told, where discarding old would silently evict a
+		// message that was accepted (docs/pools.md, "Per-workspace limits").
 		Discard:     jetstream.DiscardNew,
+		MaxBytes:    limit(o.topic.MaxBytes),
+		MaxMsgs:     limit(o.topic.MaxMsgs),
 		Storage:     jetstream.FileStorage,
 		Replicas:    s.replicas,
 		Duplicates:  DuplicateWindow,

@@ -85,6 +85,13 @@ func Compile(in Input) (*config.Workspace, error) {
 	}
 	if c := t.Spec.Capacity; c != nil {
 		w.PolicyConcurrency, w.RequestConcurrency = int(c.PolicyConcurrency), int(c.RequestConcurrency)
+		if tc := c.Topic; tc != nil {
+			w.Topic = config.TopicLimits{MaxMessages: tc.MaxMessages}
+			if tc.MaxBytes != nil {
+				q := tc.MaxBytes.DeepCopy()
+				w.Topic.MaxBytes = &q
+			}
+		}
 	}
 	if f := t.Spec.Firewall; f != nil {
 		w.Firewall = config.Firewall{

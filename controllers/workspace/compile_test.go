@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	config "github.com/storybus/storybus/api/config/v1alpha1"
@@ -91,7 +92,8 @@ func TestCompile(t *testing.T) {
 			t.Spec.Limits = &v1alpha1.Limits{RatePerSecond: 5, Burst: 10, DailyQuota: 100}
 			t.Spec.Firewall = &v1alpha1.Firewall{AllowedCIDRs: []string{"10.0.0.0/8"}, MaxJSONDepth: 8, BlockedPatterns: []string{"(?i)lorem"}}
 			t.Spec.Policies = []v1alpha1.PolicyModule{{Name: "house", Rego: "package storybus.tenant.house\n", Rules: []v1alpha1.TenantRule{{ID: "tenant.house.style", Status: 409}}}}
-			t.Spec.Capacity = &v1alpha1.TenantCapacity{PolicyConcurrency: 2, RequestConcurrency: 32}
+			t.Spec.Capacity = &v1alpha1.TenantCapacity{PolicyConcurrency: 2, RequestConcurrency: 32,
+				Topic: &v1alpha1.TopicCapacity{MaxBytes: new(resource.MustParse("5Gi")), MaxMessages: 1000}}
 		})},
 		check: func(t *testing.T, w *config.Workspace) {
 			if w.ID != "ws-1" || w.IdempotencyWindow.Duration != 240*time.Hour || w.TokenTTL.Duration != 30*time.Minute {
@@ -108,6 +110,9 @@ func TestCompile(t *testing.T) {
 			}
 			if w.PolicyConcurrency != 2 || w.RequestConcurrency != 32 {
 				t.Errorf("capacity: policyConcurrency %d, requestConcurrency %d", w.PolicyConcurrency, w.RequestConcurrency)
+			}
+			if w.Topic.Bytes() != 5<<30 || w.Topic.MaxMessages != 1000 {
+				t.Errorf("topic: %d bytes, %d messages", w.Topic.Bytes(), w.Topic.MaxMessages)
 			}
 		},
 	}, {

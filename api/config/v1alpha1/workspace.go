@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/resource"
 	"sigs.k8s.io/yaml"
 )
 
@@ -101,6 +102,9 @@ type Workspace struct {
 	// default (64). Past it a publish is answered 503 workspace.busy,
 	// never queued.
 	RequestConcurrency int `json:"requestConcurrency,omitempty"`
+	// Topic bounds what the workspace's topic holds on the store; unset,
+	// it holds what the store lets it.
+	Topic TopicLimits `json:"topic,omitzero"`
 	// Connections are the producers and consumers allowed in.
 	Connections []Connection `json:"connections,omitempty"`
 	// Sandbox makes the workspace a sandbox for producers' tests: a
@@ -133,6 +137,40 @@ type Limits struct {
 	RatePerSecond float64 `json:"ratePerSecond,omitempty"`
 	Burst         int     `json:"burst,omitempty"`
 	DailyQuota    int64   `json:"dailyQuota,omitempty"`
+}
+
+// The bounds of TopicLimits: past them a value is a mistake, not a
+// limit. A topic under MinTopicBytes holds fewer than four messages of
+// the largest size (240,000 bytes), one over MaxTopicBytes (1 PiB) or
+// MaxTopicMessages (a trillion) more than any one store holds.
+const (
+	MinTopicBytes    = 1 << 20
+	MaxTopicBytes    = 1 << 50
+	MaxTopicMessages = 1_000_000_000_000
+)
+
+// TopicLimits bound a workspace's topic stream on the store: its bytes and
+// its messages. Unset (or zero) leaves either unbounded, up to what the
+// store and its account allow. A topic at a limit refuses the next publish
+// (507 workspace.storage_full) and never drops a message it accepted: the
+// stream discards new messages, not old ones.
+type TopicLimits struct {
+	// MaxBytes is the most the topic holds, counted as JetStream counts a
+	// stream's bytes (each message's subject, headers and body, and a few
+	// bytes of its own): a quantity such as "10Gi" or a number of bytes,
+	// from 1Mi to 1Pi.
+	MaxBytes *resource.Quantity `json:"maxBytes,omitempty"`
+	// MaxMessages is the most messages the topic holds, from 1 to a
+	// trillion.
+	MaxMessages int64 `json:"maxMessages,omitempty"`
+}
+
+// Bytes returns MaxBytes in bytes, 0 when unset.
+func (l TopicLimits) Bytes() int64 {
+	if l.MaxBytes == nil {
+		return 0
+	}
+	return l.MaxBytes.Value()
 }
 
 // Ownership is the workspace's story ownership policy.
@@ -417,6 +455,12 @@ func (w *Workspace) Validate() error {
 	}
 	if n := w.RequestConcurrency; n < 0 || n > 10000 {
 		add("requestConcurrency %d must be between 1 and 10000", n)
+	}
+	if q := w.Topic.MaxBytes; q != nil && !q.IsZero() && (q.Cmp(*resource.NewQuantity(MinTopicBytes, resource.BinarySI)) < 0 || q.Cmp(*resource.NewQuantity(MaxTopicBytes, resource.BinarySI)) > 0) {
+		add("topic.maxBytes %s must be between 1Mi and 1Pi", q)
+	}
+	if n := w.Topic.MaxMessages; n < 0 || n > MaxTopicMessages {
+		add("topic.maxMessages %d must be between 1 and 1000000000000", n)
 	}
 	modules, tenantRules := map[string]bool{}, map[string]bool{}
 	for i, m := range w.Policies {

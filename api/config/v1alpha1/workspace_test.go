@@ -73,3 +73,39 @@ func TestUnknownFieldsAreErrors(t *testing.T) {
 // TestSecretLength: a secret under 32 bytes is refused by the check the
 // operator applies, and never matches at the token endpoint, even when the
 // configuration holds its hash.
+
+// TestTopicLimits: topic.maxBytes reads as a quantity or a number of
+// bytes, and a limit that is negative, too small to hold a few of the
+// largest messages, or beyond any store is refused with its bounds.
+func TestTopicLimits(t *testing.T) {
+	const head = "workspace: w1\nsigningKey: 0123456789abcdef0123456789abcdef\n"
+	for doc, want := range map[string]int64{
+		"topic: {maxBytes: 10Gi, maxMessages: 5000}": 10 << 30,
+		"topic: {maxBytes: 1048576}":                 1 << 20,
+		"topic: {maxMessages: 1}":                    0,
+		"":                                           0,
+	} {
+		w, err := config.Parse([]byte(head + doc))
+		if err != nil {
+			t.Fatalf("%q: %v", doc, err)
+		}
+		if got := w.Topic.Bytes(); got != want {
+			t.Errorf("%q: maxBytes %d bytes, want %d", doc, got, want)
+		}
+	}
+	for doc, want := range map[string]string{
+		"topic: {maxBytes: -1Gi}":                "topic.maxBytes -1Gi must be between 1Mi and 1Pi",
+		"topic: {maxBytes: 1000}":                "topic.maxBytes 1k must be between 1Mi and 1Pi",
+		"topic: {maxBytes: 2Pi}":                 "topic.maxBytes 2Pi must be between 1Mi and 1Pi",
+		"topic: {maxBytes: 1E}":                  "topic.maxBytes 1E must be between 1Mi and 1Pi",
+		"topic: {maxMessages: -5}":               "topic.maxMessages -5 must be between 1 and 1000000000000",
+		"topic: {maxMessages: 1000000000001}":    "topic.maxMessages 1000000000001 must be between 1 and 1000000000000",
+		"topic: {maxBytes: lots}":                "quantities must match",
+		"topic: {maxMessages: 5, maxRecords: 1}": "unknown field",
+	} {
+		_, err := config.Parse([]byte(head + doc))
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: error %v, want one containing %q", doc, err, want)
+		}
+	}
+}

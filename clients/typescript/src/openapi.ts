@@ -527,7 +527,7 @@ export interface components {
             violations: components["schemas"]["Violation"][];
         };
         /**
-         * @description A 503 refusal: nothing new was published or acknowledged. It repeats
+         * @description A 503 or 507 refusal: nothing new was published or acknowledged. It repeats
          *     the request's `X-Request-Id` as `request_id`, for the producer to
          *     quote when the failure persists.
          */
@@ -665,6 +665,22 @@ export interface components {
             headers: {
                 "X-Request-Id": components["headers"]["RequestID"];
                 "Retry-After": components["headers"]["RetryAfter"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Unavailable"];
+            };
+        };
+        /**
+         * @description The workspace's topic is at its storage limit (its bytes or its
+         *     messages): nothing was published or recorded, and every message
+         *     accepted before is kept. No `Retry-After`: room comes back when the
+         *     platform raises the limit or retention ages messages out. Keep the
+         *     message and retry it later, with backoff.
+         */
+        StorageFull: {
+            headers: {
+                "X-Request-Id": components["headers"]["RequestID"];
                 [name: string]: unknown;
             };
             content: {
@@ -881,6 +897,7 @@ export interface operations {
                 };
             };
             503: components["responses"]["PublishUnavailable"];
+            507: components["responses"]["StorageFull"];
         };
     };
     publishMessageIAM: {
@@ -982,6 +999,7 @@ export interface operations {
                 };
             };
             503: components["responses"]["PublishUnavailable"];
+            507: components["responses"]["StorageFull"];
         };
     };
     issueToken: {
