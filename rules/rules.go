@@ -249,7 +249,7 @@ var policyRules = []Rule{
 		Fix:     "Retry with the same message_id and body."},
 	{ID: WorkspaceStorageFull, Status: http.StatusInsufficientStorage, Source: SourcePolicy, Stage: 13, Retry: "Later, with backoff",
 		Meaning: "The workspace's topic holds as many bytes or messages as the platform allows it (the Tenant's spec.capacity.topic, the configuration's topic). The message was not published and nothing was recorded for it; every message accepted before is kept. Room comes back only when the platform raises the limit or the topic's retention ages messages out, so the answer carries no Retry-After.",
-		Fix:     "Keep the message (a client's outbox) and retry the same message_id and body later, with backoff. Tell the platform team: the workspace needs a larger limit, a shorter retention, or consumers that keep up."},
+		Fix:     "Keep the message (a client's outbox) and retry the same message_id and body later, with backoff. Tell the platform team: the workspace needs a larger limit, or a shorter topic retention where the bus has one (consumers reading the topic free nothing)."},
 	{ID: RegistryUnavailable, Status: http.StatusServiceUnavailable, Source: SourcePolicy, Stage: 13, Retry: retryBackoff, OAuth2Error: OAuth2TemporarilyUnavailable,
 		Meaning: "The record store is unreachable (at the token endpoint: the failed-attempt counters). Nothing was published, no token issued.",
 		Fix:     "Retry with the same message_id and body."},
