@@ -290,15 +290,43 @@ func TestInFlightCarriesRetryAfter(t *testing.T) {
 	expect(t, h.post(t, "newsroom", tok, body), http.StatusAccepted, "")
 }
 
+// TestStoreDownIsRegistryUnavailable: with its store down the bus answers
+// 503 registry.unavailable, and stays ready for StoreReadyGrace after the
+// store last answered (a cluster electing its meta leader), no longer.
 func TestStoreDownIsRegistryUnavailable(t *testing.T) {
 	h := newHarness(t)
 	tok := h.token(t, "newsroom", "cms", cmsSecret)
+	ready := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		return h.srv.Ready(ctx)
+	}
+	if err := ready(); err != nil {
+		t.Fatalf("not ready with the store up: %v", err)
+	}
 	h.ns.Shutdown()
 	h.ns.WaitForShutdown()
+	// The clock runs on from the wall clock: this check comes a second
+	// or two after the store last answered.
+	if err := ready(); err != nil {
+		t.Fatalf("not ready within %v of the store's last answer: %v", bus.StoreReadyGrace, err)
+	}
 	a := h.post(t, "newsroom", tok, snapshot("", "s", 1, "cms"))
 	expect(t, a, http.StatusServiceUnavailable, rules.RegistryUnavailable)
+	h.clock.Advance(bus.StoreReadyGrace)
+	if err := ready(); err == nil {
+		t.Fatalf("ready with the store down for %v", bus.StoreReadyGrace)
+	}
+}
+
+// TestNeverReadyBeforeTheStoreAnswers: the grace is for a store that
+// answered; a bus whose store never did is not ready.
+func TestNeverReadyBeforeTheStoreAnswers(t *testing.T) {
+	h := newHarness(t)
+	h.ns.Shutdown()
+	h.ns.WaitForShutdown()
 	if err := h.srv.Ready(context.Background()); err == nil {
-		t.Fatal("ready with the store down")
+		t.Fatal("ready with a store that never answered")
 	}
 }
 
@@ -355,7 +383,8 @@ func TestOperationsEndpoints(t *testing.T) {
 	}
 	h.ns.Shutdown()
 	h.ns.WaitForShutdown()
+	h.clock.Advance(bus.StoreReadyGrace)
 	if code, _ := get("/readyz"); code != http.StatusServiceUnavailable {
-		t.Fatalf("readyz %d with the store down", code)
+		t.Fatalf("readyz %d with the store down for %v", code, bus.StoreReadyGrace)
 	}
 }

@@ -95,8 +95,19 @@ func (s *Server) OpsHandler() http.Handler {
 	return mux
 }
 
-// Ready reports whether the bus can serve: it is not draining, the store
-// answers and at least one workspace is configured.
+// StoreReadyGrace is how long a bus whose store answered stays ready
+// while it does not: a NATS cluster electing its meta leader leaves every
+// bus on it without answers for a few seconds at once, and readiness
+// failing on all of them would leave their Service with no endpoint, so
+// that producers meet refused connections instead of the 503 answers
+// with Retry-After the bus gives meanwhile. A store that stays silent
+// longer (a bus connected to a server cut off from the cluster, a cluster
+// lost) fails readiness.
+const StoreReadyGrace = 10 * time.Second
+
+// Ready reports whether the bus can serve: it is not draining, at least
+// one workspace is configured, and the store answers, or answered less
+// than StoreReadyGrace ago.
 func (s *Server) Ready(ctx context.Context) error {
 	if s.draining.Load() {
 		return errors.New("draining: the bus is stopping")
@@ -104,11 +115,30 @@ func (s *Server) Ready(ctx context.Context) error {
 	if len(*s.workspaces.Load()) == 0 {
 		return errors.New("no workspace configured")
 	}
+	now := s.opts.Clock.Now()
+	last := s.storeAnswered.Load()
+	inGrace := last != 0 && now.Sub(time.Unix(0, last)) < StoreReadyGrace
+	if inGrace {
+		// Within the grace a slow answer is as good as none: the
+		// check must not outlast the prober's own timeout (the
+		// kubelet's is 1 s).
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, storeQuickCheck)
+		defer cancel()
+	}
 	if err := s.opts.Store.Ping(ctx); err != nil {
+		if inGrace {
+			return nil
+		}
 		return fmt.Errorf("store: %w", err)
 	}
+	s.storeAnswered.Store(now.UnixNano())
 	return nil
 }
+
+// storeQuickCheck bounds the store's readiness check within
+// StoreReadyGrace.
+const storeQuickCheck = 300 * time.Millisecond
 
 // ConfigLoaded reports the outcome of reloading a configuration file.
 // workspace is the workspace id the file names, empty when it did not decode

@@ -113,6 +113,9 @@ type Server struct {
 	held atomic.Int64
 	// draining is set by Drain: the bus is stopping.
 	draining atomic.Bool
+	// storeAnswered is when (Clock, Unix nanoseconds) the store last
+	// answered a readiness check; 0 before it ever did.
+	storeAnswered atomic.Int64
 	// pipelines are the routes' stage lists.
 	pipelines pipelines
 	// bodyBytes are the bytes reserved by the bodies being read after
