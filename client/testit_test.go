@@ -319,3 +319,36 @@ func (c cancelOnSleep) Sleep(ctx context.Context, _ time.Duration) error {
 	c.cancel()
 	return ctx.Err()
 }
+
+// 507 workspace.storage_full, provoked on a real bus (a sandbox): no
+// Retry-After, so the client backs off, then keeps the message when its
+// attempts run out; resent once the platform has made room, it is
+// published once.
+func TestTestIt_AFullTopicIsKeptThenResent(t *testing.T) {
+	b := newTestBus(t)
+	s := newSetup(t, b.URL, b.clock)
+	s.rt.sandbox(func(int, string) string { return "workspace.storage_full" })
+	m := snapshot(t, "", "story-full", 1, "draft")
+	_, err := s.client.Publish(context.Background(), m)
+	e, ok := client.AsError(err)
+	if !ok || !e.Kept || e.Status != http.StatusInsufficientStorage || e.Rule != "workspace.storage_full" || e.Class() != client.ClassNotDelivered {
+		t.Fatalf("got %v", err)
+	}
+	sleeps := s.clock.Sleeps()
+	if len(sleeps) == 0 || sleeps[0] > time.Second {
+		t.Fatalf("sleeps %v: want the backoff, starting under a second", sleeps)
+	}
+	list, _ := s.outbox.List()
+	if len(list) != 1 || list[0].Rule != "workspace.storage_full" || !bytes.Equal(list[0].Message, m.Bytes()) {
+		t.Fatalf("outbox %+v", list)
+	}
+
+	s.rt.sandbox(func(int, string) string { return "" })
+	results, err := s.client.Resend(context.Background())
+	if err != nil || len(results) != 1 || results[0].Result == nil || results[0].Result.Status != http.StatusAccepted {
+		t.Fatalf("resend: %+v %v", results, err)
+	}
+	if n := b.deliveries(t, m.ID()); n != 1 {
+		t.Fatalf("published %d times", n)
+	}
+}
