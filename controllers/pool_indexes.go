@@ -20,6 +20,11 @@ const (
 	// workspace id, as <namespace>/<name>/<workspace>: the Tenants that
 	// would share one key of a pool's bucket.
 	indexPoolWorkspace = "poolWorkspace"
+	// indexPooledWorkspace indexes the Tenants that name a pool or are
+	// placed on one by their workspace id: those whose streams live on a
+	// pool's cluster, where a Tenant of its own on external storage may
+	// use the same id.
+	indexPooledWorkspace = "pooledWorkspaceID"
 	// indexPoolSecrets indexes BusPools by the Secrets they name: their
 	// NATS credentials and TLS key pair.
 	indexPoolSecrets = "poolSecrets"
@@ -42,6 +47,15 @@ func addPoolIndexes(ctx context.Context, fi client.FieldIndexer) error {
 			out = append(out, poolWorkspaceKey(k, t.EffectiveWorkspaceID()))
 		}
 		return out
+	}); err != nil {
+		return err
+	}
+	if err := fi.IndexField(ctx, &v1alpha1.Tenant{}, indexPooledWorkspace, func(o client.Object) []string {
+		t := o.(*v1alpha1.Tenant)
+		if len(tenantPools(t)) == 0 {
+			return nil
+		}
+		return []string{t.EffectiveWorkspaceID()}
 	}); err != nil {
 		return err
 	}

@@ -256,17 +256,35 @@ func (r *TenantPoolReconciler) claim(ctx context.Context, s *poolScope) (ctrl.Re
 		}
 		others = append(others, claimant{tenant: o, serving: placedOn(o, key)})
 	}
+	// A bus of its own on external storage with the same id on the
+	// pool's cluster would share the workspace's stream and buckets.
+	external, err := externalRivals(ctx, r.Client, t, s.pool.Spec.NATS.URL)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	others = append(others, external...)
 	holder, stop := workspaceClaim(claimant{tenant: t, serving: placedOn(t, key)}, others)
 	if holder == nil {
 		return ctrl.Result{}, nil
 	}
-	if stop {
+	switch {
+	case stop && holder.Spec.Pool == nil:
+		// A bus of its own holds the workspace on the cluster: the
+		// document goes, so that no replica serves it beside that bus.
+		if err := r.leave(ctx, t, t.Status.Pool); err != nil {
+			return ctrl.Result{}, err
+		}
+	case stop:
 		// Both wrote the key; the holder's next reconcile writes its
 		// document again.
 		t.Status.Pool = nil
 	}
-	s.notPlaced(v1alpha1.ReasonWorkspaceConflict, "workspace %s on BusPool %s is held by Tenant %s/%s; give this Tenant another spec.workspaceID",
-		t.EffectiveWorkspaceID(), key, holder.Namespace, holder.Name)
+	where := "BusPool " + key.String()
+	if holder.Spec.Pool == nil {
+		where += "'s cluster, by a bus of its own,"
+	}
+	s.notPlaced(v1alpha1.ReasonWorkspaceConflict, "workspace %s on %s is held by Tenant %s/%s; give this Tenant another spec.workspaceID",
+		t.EffectiveWorkspaceID(), where, holder.Namespace, holder.Name)
 	return ctrl.Result{}, terminal(errors.New(s.placed.Message))
 }
 
@@ -742,7 +760,7 @@ func (r *TenantPoolReconciler) tenantsOf(ctx context.Context, pool types.Namespa
 // reconciled when the holder changes or goes.
 func (r *TenantPoolReconciler) sameWorkspaceOnPool(ctx context.Context, o client.Object) []reconcile.Request {
 	t := o.(*v1alpha1.Tenant)
-	var out []reconcile.Request
+	out := otherTenantsOf(ctx, r.Client, t, indexPooledWorkspace)
 	for _, k := range tenantPools(t) {
 		for _, req := range r.tenantsOf(ctx, k, t.EffectiveWorkspaceID()) {
 			if req.NamespacedName != client.ObjectKeyFromObject(t) {

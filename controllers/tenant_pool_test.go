@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	config "github.com/storybus/storybus/api/config/v1alpha1"
@@ -392,6 +393,59 @@ func TestPoolPlacementIsExplained(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitCondition(t, poolNS, "second", tn, tenantGen, v1alpha1.ConditionPoolReady, metav1.ConditionTrue, v1alpha1.ReasonPlaced)
+}
+
+// TestPoolAndOwnBusShareNoWorkspace: a pooled Tenant and a Tenant with a
+// bus of its own on the pool's cluster cannot use the same workspace id,
+// which names the same stream and buckets there: whichever serves first
+// keeps it, the other says who holds it, and takes it once the holder
+// goes.
+func TestPoolAndOwnBusShareNoWorkspace(t *testing.T) {
+	nats, _ := startPoolCluster(t)
+	ns := newNamespace(t)
+	create(t, newBusPool(ns, "shared", nats.ClientURL()))
+	onPool := func(tn *v1alpha1.Tenant) { tn.Spec.Pool = &v1alpha1.PoolReference{Name: "shared"} }
+	external := func(tn *v1alpha1.Tenant) {
+		tn.Spec.Storage = &v1alpha1.TenantStorage{External: &v1alpha1.ExternalStorage{URL: nats.ClientURL()}}
+	}
+	workspace := func(id string) func(*v1alpha1.Tenant) {
+		return func(tn *v1alpha1.Tenant) { tn.Spec.WorkspaceID = id }
+	}
+
+	// A bus of its own serves first: the pooled Tenant waits.
+	create(t, newTenant(ns, "own", external, workspace("desk")))
+	eventually(t, "own's bus", func() error { return get(ns, "own-bus", &appsv1.StatefulSet{}) })
+	create(t, newTenant(ns, "pooled", onPool, workspace("desk")))
+	tn := &v1alpha1.Tenant{}
+	waitCondition(t, ns, "pooled", tn, tenantGen, v1alpha1.ConditionPoolReady, metav1.ConditionFalse, v1alpha1.ReasonWorkspaceConflict)
+	if c := findCondition(tn.Status.Conditions, v1alpha1.ConditionPoolReady); c == nil || !strings.Contains(c.Message, ns+"/own") || !strings.Contains(c.Message, "bus of its own") {
+		t.Errorf("PoolReady %+v: want the bus of its own named", c)
+	}
+	if tn.Status.Pool != nil {
+		t.Errorf("the waiting Tenant is placed: %+v", tn.Status.Pool)
+	}
+	// The holder goes: the pooled Tenant is placed.
+	if err := k8s.Delete(context.Background(), newTenant(ns, "own")); err != nil {
+		t.Fatal(err)
+	}
+	waitCondition(t, ns, "pooled", tn, tenantGen, v1alpha1.ConditionPoolReady, metav1.ConditionTrue, v1alpha1.ReasonPlaced)
+
+	// A pooled Tenant placed first: a bus of its own on the cluster waits,
+	// and gets no StatefulSet.
+	create(t, newTenant(ns, "late", external, workspace("desk")))
+	waitCondition(t, ns, "late", tn, tenantGen, v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonWorkspaceConflict)
+	if c := findCondition(tn.Status.Conditions, v1alpha1.ConditionReady); c == nil || !strings.Contains(c.Message, ns+"/pooled") {
+		t.Errorf("Ready %+v: want the pooled Tenant named", c)
+	}
+	if err := get(ns, "late-bus", &appsv1.StatefulSet{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the waiting Tenant got a bus: %v", err)
+	}
+	// The pooled Tenant leaves the pool's cluster (deleted): the bus of
+	// its own starts.
+	if err := k8s.Delete(context.Background(), newTenant(ns, "pooled")); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "late's bus", func() error { return get(ns, "late-bus", &appsv1.StatefulSet{}) })
 }
 
 // TestTenantMovesBetweenBusAndPool moves a Tenant with a bus of its own to

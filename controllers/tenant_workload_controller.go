@@ -294,7 +294,7 @@ func (r *TenantWorkloadReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&policyv1.PodDisruptionBudget{}, generation).
 		Owns(&networkingv1.NetworkPolicy{}, generation).
 		Owns(&networkingv1.Ingress{}).
-		Watches(&v1alpha1.Tenant{}, handler.EnqueueRequestsFromMapFunc(r.sameWorkspaceTenants), builder.WithPredicates(specChanged)).
+		Watches(&v1alpha1.Tenant{}, handler.EnqueueRequestsFromMapFunc(r.sameWorkspaceTenants), builder.WithPredicates(tenantPlacementChanged)).
 		Watches(&corev1.PersistentVolumeClaim{}, handler.EnqueueRequestsFromMapFunc(claimToTenant)).
 		Watches(&v1alpha1.BusPool{}, handler.EnqueueRequestsFromMapFunc(r.tenantsOfPoolSpec), builder.WithPredicates(specChanged)).
 		Build(observed{kind: "Tenant", inner: r})

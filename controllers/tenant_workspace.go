@@ -37,7 +37,7 @@ func (r *TenantWorkloadReconciler) claimWorkspace(ctx context.Context, s *worklo
 		return ctrl.Result{}, err
 	}
 	self := claimant{tenant: t}
-	if self.serving, err = r.servesOn(ctx, t, contested); err != nil {
+	if self.serving, err = busServesOn(ctx, r.Client, t, contested); err != nil {
 		return ctrl.Result{}, err
 	}
 	holder, stop := workspaceClaim(self, others)
@@ -54,38 +54,75 @@ func (r *TenantWorkloadReconciler) claimWorkspace(ctx context.Context, s *worklo
 	return ctrl.Result{}, terminal(s.workspaceConflict)
 }
 
-// rivals returns the other Tenants on external storage with t's workspace
-// id and a server in common with t's cluster, and whether each one's bus
-// serves there.
+// rivals returns the other Tenants using t's workspace id on a cluster
+// with a server in common with t's, on external storage or a pool, and
+// whether each one already serves there.
 func (r *TenantWorkloadReconciler) rivals(ctx context.Context, t *v1alpha1.Tenant) ([]claimant, error) {
 	contested := t.Spec.Storage.External.URL
-	l, err := r.tenantsOfWorkspace(ctx, t)
+	external, err := externalRivals(ctx, r.Client, t, contested)
 	if err != nil {
 		return nil, err
 	}
+	pooled, err := pooledRivals(ctx, r.Client, t, contested)
+	return append(external, pooled...), err
+}
+
+// pooledRivals returns the Tenants other than t with t's workspace id
+// that name or are placed on a pool whose cluster has a server in common
+// with contested, and whether each is placed there: a pool's replicas
+// open the workspace's stream and buckets on that cluster by its id, as a
+// bus of its own on external storage does.
+func pooledRivals(ctx context.Context, c client.Reader, t *v1alpha1.Tenant, contested string) ([]claimant, error) {
+	var l v1alpha1.TenantList
+	if err := c.List(ctx, &l, client.MatchingFields{indexPooledWorkspace: t.EffectiveWorkspaceID()}); err != nil {
+		return nil, fmt.Errorf("list the pooled tenants of workspace %s: %w", t.EffectiveWorkspaceID(), err)
+	}
 	var out []claimant
-	for i := range l {
-		o := &l[i]
-		if o.UID == t.UID || !shareServer(contested, o.Spec.Storage.External.URL) {
+	for i := range l.Items {
+		o := &l.Items[i]
+		if o.UID == t.UID {
 			continue
 		}
-		serving, err := r.servesOn(ctx, o, contested)
+		for _, key := range tenantPools(o) {
+			p := &v1alpha1.BusPool{}
+			switch err := c.Get(ctx, key, p); {
+			case apierrors.IsNotFound(err):
+				continue
+			case err != nil:
+				return nil, fmt.Errorf("get buspool %s: %w", key, err)
+			}
+			if shareServer(contested, p.Spec.NATS.URL) {
+				out = append(out, claimant{tenant: o, serving: placedOn(o, key)})
+				break
+			}
+		}
+	}
+	return out, nil
+}
+
+// externalRivals returns the Tenants other than t on external storage
+// with t's workspace id and a server in common with contested, and
+// whether each one's bus serves there.
+func externalRivals(ctx context.Context, c client.Reader, t *v1alpha1.Tenant, contested string) ([]claimant, error) {
+	var l v1alpha1.TenantList
+	if err := c.List(ctx, &l, client.MatchingFields{indexExternalWorkspace: t.EffectiveWorkspaceID()}); err != nil {
+		return nil, fmt.Errorf("list tenants of workspace %s: %w", t.EffectiveWorkspaceID(), err)
+	}
+	var out []claimant
+	for i := range l.Items {
+		o := &l.Items[i]
+		// A Tenant naming a pool is served by the pool, not by the bus
+		// of its own it is leaving.
+		if o.UID == t.UID || o.Spec.Pool != nil || !shareServer(contested, o.Spec.Storage.External.URL) {
+			continue
+		}
+		serving, err := busServesOn(ctx, c, o, contested)
 		if err != nil {
 			return nil, err
 		}
 		out = append(out, claimant{tenant: o, serving: serving})
 	}
 	return out, nil
-}
-
-// tenantsOfWorkspace lists the Tenants on external storage with t's
-// workspace id, t among them.
-func (r *TenantWorkloadReconciler) tenantsOfWorkspace(ctx context.Context, t *v1alpha1.Tenant) ([]v1alpha1.Tenant, error) {
-	var l v1alpha1.TenantList
-	if err := r.List(ctx, &l, client.MatchingFields{indexExternalWorkspace: t.EffectiveWorkspaceID()}); err != nil {
-		return nil, fmt.Errorf("list tenants of workspace %s: %w", t.EffectiveWorkspaceID(), err)
-	}
-	return l.Items, nil
 }
 
 // stopBus deletes t's bus StatefulSet.
@@ -135,11 +172,11 @@ func workspaceClaim(self claimant, others []claimant) (holder *v1alpha1.Tenant, 
 	return nil, false
 }
 
-// servesOn reports whether t's bus runs (its StatefulSet exists, controlled
-// by t) against a server of the cluster at contested.
-func (r *TenantWorkloadReconciler) servesOn(ctx context.Context, t *v1alpha1.Tenant, contested string) (bool, error) {
+// busServesOn reports whether t's bus runs (its StatefulSet exists,
+// controlled by t) against a server of the cluster at contested.
+func busServesOn(ctx context.Context, c client.Reader, t *v1alpha1.Tenant, contested string) (bool, error) {
 	sts := &appsv1.StatefulSet{}
-	err := r.Get(ctx, types.NamespacedName{Namespace: t.Namespace, Name: busName(t)}, sts)
+	err := c.Get(ctx, types.NamespacedName{Namespace: t.Namespace, Name: busName(t)}, sts)
 	switch {
 	case apierrors.IsNotFound(err):
 		return false, nil
@@ -200,18 +237,21 @@ func serverAddress(raw string) string {
 
 // sameWorkspaceTenants maps a Tenant to the other Tenants on external
 // storage with its workspace id, so that one that waits on a conflict is
-// reconciled when the Tenant ahead of it changes or goes.
+// reconciled when the Tenant ahead of it (on external storage or a pool)
+// changes, is placed, or goes.
 func (r *TenantWorkloadReconciler) sameWorkspaceTenants(ctx context.Context, o client.Object) []reconcile.Request {
-	t := o.(*v1alpha1.Tenant)
-	if t.Spec.Storage == nil || t.Spec.Storage.External == nil {
-		return nil
-	}
-	l, err := r.tenantsOfWorkspace(ctx, t)
-	if err != nil {
+	return otherTenantsOf(ctx, r.Client, o.(*v1alpha1.Tenant), indexExternalWorkspace)
+}
+
+// otherTenantsOf lists the Tenants other than t with t's workspace id in
+// the workspace index named, as requests.
+func otherTenantsOf(ctx context.Context, c client.Reader, t *v1alpha1.Tenant, index string) []reconcile.Request {
+	var l v1alpha1.TenantList
+	if err := c.List(ctx, &l, client.MatchingFields{index: t.EffectiveWorkspaceID()}); err != nil {
 		return nil
 	}
 	var reqs []reconcile.Request
-	for _, other := range l {
+	for _, other := range l.Items {
 		if other.UID != t.UID {
 			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&other)})
 		}
