@@ -214,6 +214,11 @@ bench: ## Benchmark publishing through the bus against HTTP relay and raw JetStr
 	$(GO) run ./cmd/storybus bench --sync always
 	$(GO) run ./cmd/storybus bench --sync interval
 
+.PHONY: bench-cluster
+bench-cluster: ## Benchmark the bus against the HTTP relays on three local nats-server processes (R3), 16 producers across 10 workspaces.
+	$(GO) run ./cmd/storybus bench --cluster 3 --nats-server $(BIN)/nats-server --workspaces 10 --producers 16 \
+		--phases bus,relay,relay-two-write --rounds 3 --duration 8s
+
 .PHONY: bench-isolation
 bench-isolation: ## Benchmark a workspace's p99 alone and while another is flooded (a deadline-tripping module, 10x its rate limit).
 	$(GO) test -run='^$$' -bench='^BenchmarkNeighbourUnderFlood$$' -benchtime=1x ./bus/

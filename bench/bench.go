@@ -20,6 +20,8 @@
 // the order reversed in every second round),
 // at each level of concurrency asked for, and returns a Report with
 // messages per second, latency percentiles, errors and the ratios. With
+// Options.NATSURL, or the local nats-server processes of Options.Cluster,
+// the same phases write to a replicated NATS cluster, as a pool does. With
 // Options.Remote it drives a running bus instead, the bus phase alone, so
 // that a platform team can size a workspace. `storybus bench` is its
 // command line.
@@ -31,6 +33,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -99,10 +102,35 @@ type Options struct {
 	// empty is the system's temporary directory. It should be on the disk
 	// under test: a memory file system makes fsync free.
 	DataDir string
+	// NATSURL, when set, is an external NATS cluster (its client URLs,
+	// comma-separated) that the bus and the baselines write to instead of
+	// an embedded JetStream, every stream and bucket with Replicas
+	// replicas; the cluster's own configuration decides its fsyncs, so
+	// Sync and SyncInterval are unused.
+	NATSURL string
+	// Cluster, when above 0, starts that many nats-server processes of
+	// NATSServer clustered with JetStream on loopback, each fsyncing as
+	// Sync says and storing under DataDir, runs the benchmark against them
+	// as with NATSURL, and stops them at its end.
+	Cluster int
+	// NATSServer is the nats-server binary Cluster starts: a path, or a
+	// name looked up in PATH.
+	NATSServer string
+	// Replicas of every stream and bucket on a cluster; 0 is 3, or the
+	// size of a smaller Cluster. The embedded store has 1.
+	Replicas int
+	// Workspaces is how many workspaces each phase writes to, each with
+	// its own stream and bucket (and, for the bus, connection and token);
+	// producer i writes to workspace i modulo Workspaces.
+	Workspaces int
 	// Remote, when set, is a running bus to drive instead of the embedded
 	// one: the bus phase alone, Sync, SyncInterval, Phases and DataDir
 	// unused.
 	Remote *Remote
+	// CPUProfile, when set, receives a CPU profile (pprof) of this process
+	// during the first bus phase: the bus, and the load generator and the
+	// store's client beside it (on a cluster, not the nats-servers).
+	CPUProfile io.Writer
 	// Logger receives the bus's logs; nil discards them.
 	Logger *slog.Logger
 	// Progress, when set, is told each phase's result as it ends.
@@ -112,13 +140,32 @@ type Options struct {
 // DefaultOptions returns the options `storybus bench` runs with by default.
 func DefaultOptions() Options {
 	return Options{
-		Sync:      SyncAlways,
-		Producers: []int{16},
-		Stories:   2000,
-		Duration:  10 * time.Second,
-		Warmup:    2 * time.Second,
-		Rounds:    1,
+		Sync:       SyncAlways,
+		Producers:  []int{16},
+		Stories:    2000,
+		Duration:   10 * time.Second,
+		Warmup:     2 * time.Second,
+		Rounds:     1,
+		Workspaces: 1,
+		NATSServer: "nats-server",
 	}
+}
+
+// cluster reports whether the run writes to a NATS cluster rather than
+// the embedded store.
+func (o Options) cluster() bool { return o.NATSURL != "" || o.Cluster > 0 }
+
+// replicas is how many replicas every stream and bucket has.
+func (o Options) replicas() int {
+	switch {
+	case o.Replicas > 0:
+		return o.Replicas
+	case o.Cluster > 0:
+		return min(o.Cluster, 3)
+	case o.NATSURL != "":
+		return 3
+	}
+	return 1
 }
 
 // Validate reports every problem with the options at once.
@@ -138,8 +185,35 @@ func (o Options) Validate() error {
 			errs = append(errs, fmt.Errorf("producers must be at least 1, not %d", n))
 		}
 	}
+	if o.NATSURL != "" && o.Cluster > 0 {
+		errs = append(errs, errors.New("an external cluster (NATS URL) or a local one (cluster), not both"))
+	}
+	if o.Cluster < 0 {
+		errs = append(errs, errors.New("cluster must not be negative"))
+	}
+	if o.Cluster > 0 && o.NATSServer == "" {
+		errs = append(errs, errors.New("a local cluster needs the nats-server binary"))
+	}
+	if o.Replicas < 0 || o.Replicas > 5 {
+		errs = append(errs, fmt.Errorf("replicas must be 1 to 5, not %d", o.Replicas))
+	}
+	if o.Replicas > 0 && !o.cluster() {
+		errs = append(errs, errors.New("replicas apply to a cluster (NATS URL or a local cluster); the embedded store has one"))
+	}
+	if o.Cluster > 0 && o.Replicas > o.Cluster {
+		errs = append(errs, fmt.Errorf("%d replicas need at least as many nodes, not a cluster of %d", o.Replicas, o.Cluster))
+	}
+	if o.Workspaces < 1 {
+		errs = append(errs, errors.New("workspaces must be at least 1"))
+	}
 	if o.Remote != nil {
 		errs = append(errs, o.Remote.validate())
+		if o.cluster() {
+			errs = append(errs, errors.New("a running bus has its own store: no NATS URL or cluster"))
+		}
+		if o.Workspaces > 1 {
+			errs = append(errs, errors.New("a running bus is driven on its one workspace"))
+		}
 		if len(o.Phases) > 0 && !slices.Equal(o.Phases, []PhaseName{PhaseBus}) {
 			errs = append(errs, errors.New("a running bus is measured alone: no baseline phases"))
 		}
@@ -194,12 +268,23 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	defer s.close()
 	var problems []error
+	profiled := false
 	for _, producers := range o.Producers {
 		level := Level{Producers: producers}
 		for r := 1; r <= o.Rounds; r++ {
 			round := Round{Round: r}
 			for _, name := range o.roundPhases(r) {
+				profiling := false
+				if name == PhaseBus && o.CPUProfile != nil && !profiled {
+					if err := pprof.StartCPUProfile(o.CPUProfile); err != nil {
+						return nil, fmt.Errorf("CPU profile: %w", err)
+					}
+					profiled, profiling = true, true
+				}
 				ph, err := s.runPhase(ctx, name, producers, r)
+				if profiling {
+					pprof.StopCPUProfile()
+				}
 				if err != nil {
 					return nil, fmt.Errorf("%d producers, round %d, %s: %w", producers, r, name, err)
 				}
@@ -258,32 +343,60 @@ func phaseList() string {
 	return strings.Join(names, ",")
 }
 
-// runPhase runs one phase on fresh streams, checks what its stream holds
-// and removes the streams again, so every phase starts on an equal store.
+// runPhase runs one phase on fresh streams in each of its workspaces,
+// checks what their streams hold and removes the streams again, so every
+// phase starts on an equal store.
 func (e *env) runPhase(ctx context.Context, name PhaseName, producers, round int) (Phase, error) {
-	ws := fmt.Sprintf("bench-%s-p%d-r%d", name, producers, round)
-	t, err := e.open(ctx, name, ws)
-	if err != nil {
-		return Phase{}, err
+	var targets []target
+	defer func() {
+		for _, t := range targets {
+			_ = t.remove(context.WithoutCancel(ctx))
+		}
+	}()
+	pubs := make([]publisher, e.o.Workspaces)
+	for i := range e.o.Workspaces {
+		ws := fmt.Sprintf("bench-%s-p%d-r%d", name, producers, round)
+		if e.o.Workspaces > 1 {
+			ws += fmt.Sprintf("-w%d", i)
+		}
+		t, err := e.open(ctx, name, ws)
+		if err != nil {
+			return Phase{}, err
+		}
+		targets = append(targets, t)
+		pubs[i] = t
 	}
-	ph := drive(ctx, t, e.o, producers, generator{systemID: SystemID, storyPrefix: "story-"})
+	ph := drive(ctx, pubs, e.o, producers, generator{systemID: SystemID, storyPrefix: "story-"})
 	ph.Name = name
 	ph.Writes = durableWrites[name]
-	t.settle()
+	if e.o.cluster() {
+		ph.Writes = clusterWrites[name]
+	}
+	for _, t := range targets {
+		t.settle()
+	}
 	if err := ctx.Err(); err != nil {
 		return Phase{}, err
 	}
-	if bt, ok := t.(*busTarget); ok {
-		if ph.BusInsideMs, err = bt.inside(); err != nil {
+	if name == PhaseBus {
+		var err error
+		if ph.BusInsideMs, err = e.inside(targets); err != nil {
 			return Phase{}, fmt.Errorf("reading the bus's metrics: %w", err)
 		}
 	}
-	if ph.StreamMessages, err = t.streamMessages(ctx); err != nil {
-		return Phase{}, fmt.Errorf("counting the stream: %w", err)
+	for _, t := range targets {
+		n, err := t.streamMessages(ctx)
+		if err != nil {
+			return Phase{}, fmt.Errorf("counting the stream: %w", err)
+		}
+		ph.StreamMessages += n
 	}
 	ph.streamCounted = true
-	if err := t.remove(ctx); err != nil {
-		return Phase{}, fmt.Errorf("removing the streams: %w", err)
+	for len(targets) > 0 {
+		if err := targets[0].remove(ctx); err != nil {
+			return Phase{}, fmt.Errorf("removing the streams: %w", err)
+		}
+		targets = targets[1:]
 	}
 	return ph, nil
 }
@@ -295,6 +408,16 @@ var durableWrites = map[PhaseName]string{
 	PhaseRelayTwoWrite: "2",
 	PhaseRaw:           "1",
 	PhaseThreeWrite:    "3",
+}
+
+// clusterWrites says what each phase writes per message on a cluster,
+// where every write is replicated before it is acknowledged.
+var clusterWrites = map[PhaseName]string{
+	PhaseBus:           "2 replicated",
+	PhaseRelay:         "1 replicated",
+	PhaseRelayTwoWrite: "2 replicated",
+	PhaseRaw:           "1 replicated",
+	PhaseThreeWrite:    "3 replicated",
 }
 
 // workerStats is what one producer saw.
@@ -312,11 +435,12 @@ type workerStats struct {
 // maxErrorSamples bounds the error messages kept per phase.
 const maxErrorSamples = 5
 
-// drive runs producers against t, each making its messages with g: a
+// drive runs producers against pubs, producer i against pubs[i modulo
+// their number], each making its messages with g: a
 // warm-up, then the measured part, by time or by message count. A message
 // is measured when it was sent after the warm-up; the measured time ends
 // with the last measured answer.
-func drive(ctx context.Context, t publisher, o Options, producers int, g generator) Phase {
+func drive(ctx context.Context, pubs []publisher, o Options, producers int, g generator) Phase {
 	from := time.Now().Add(o.Warmup)
 	to := from.Add(o.Duration)
 	var remaining atomic.Int64
@@ -328,6 +452,7 @@ func drive(ctx context.Context, t publisher, o Options, producers int, g generat
 			s := &stats[w]
 			s.statuses = map[int]int64{}
 			p := newProducer(w, producers, o.Stories, g)
+			t := pubs[w%len(pubs)]
 			for ctx.Err() == nil {
 				m := p.message()
 				t0 := time.Now()

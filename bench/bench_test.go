@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/storybus/storybus/bus/som"
+	"github.com/storybus/storybus/bus/store"
+	"github.com/storybus/storybus/internal/storetest"
 )
 
 // TestRun runs the whole benchmark briefly, every phase at two levels of
@@ -226,5 +228,86 @@ func TestRoundsAlternateThePhaseOrder(t *testing.T) {
 	}
 	if got := o.phases(); !slices.Equal(got, want[1]) {
 		t.Errorf("a second round changed the phases' own order: %v", got)
+	}
+}
+
+// TestRunOnALocalCluster starts three nats-server processes as --cluster
+// does and runs the bus and the relays against them briefly, over two
+// workspaces: every message accepted and in its stream, every stream and
+// bucket replicated three times. It asserts no speed.
+func TestRunOnALocalCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts three nats-server processes")
+	}
+	o := DefaultOptions()
+	o.Cluster = 3
+	o.NATSServer = storetest.NATSServer(t, "..")
+	o.DataDir = t.TempDir()
+	c, err := startCluster(t.Context(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.stop)
+
+	o.Cluster, o.NATSURL = 0, c.url()
+	e, err := newEnv(t.Context(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.close()
+	if e.srv.SoleWriter() {
+		t.Error("the bus on a cluster is its topics' sole writer; want every snapshot a compare-and-swap")
+	}
+	tg, err := e.open(t.Context(), PhaseBus, "bench-replicas")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{store.StreamName("bench-replicas"), "KV_" + store.RecordsBucket("bench-replicas")} {
+		st, err := e.st.JS.Stream(t.Context(), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info := st.CachedInfo(); info.Config.Replicas != 3 || info.Cluster == nil || len(info.Cluster.Replicas) != 2 {
+			t.Errorf("stream %s: %d replicas configured, cluster %+v; want 3, a leader and two followers", name, info.Config.Replicas, info.Cluster)
+		}
+	}
+	if err := tg.remove(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	e.close()
+
+	o.Producers = []int{4}
+	o.Workspaces = 2
+	o.Stories = 20
+	o.Messages = 40
+	o.Warmup = 0
+	o.Phases = []PhaseName{PhaseBus, PhaseRelay, PhaseRelayTwoWrite}
+	rep, err := Run(t.Context(), o)
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	l := rep.Levels[0]
+	for _, ph := range l.phases() {
+		if ph.Accepted != int64(o.Messages) || ph.Errors != 0 || uint64(ph.AcceptedTotal) != ph.StreamMessages {
+			t.Errorf("%s: accepted %d of %d, %d errors %v, the streams hold %d", ph.Name, ph.Accepted, o.Messages, ph.Errors, ph.ErrorSamples, ph.StreamMessages)
+		}
+		if len(ph.Statuses) != 1 || ph.Statuses[http.StatusAccepted] != ph.AcceptedTotal {
+			t.Errorf("%s: answers by status = %v; want only 202", ph.Name, ph.Statuses)
+		}
+	}
+	if r := l.BusOverRelayTwoWrite; !(r.Throughput > 0) || !(r.P99 > 0) {
+		t.Errorf("bus ÷ relay two-write = %+v; want both measured", r)
+	}
+	if l.Bus.Writes != "2 replicated" || rep.Settings.Replicas != 3 || rep.Settings.Workspaces != 2 {
+		t.Errorf("bus writes %q, settings %+v; want 2 replicated writes, 3 replicas, 2 workspaces", l.Bus.Writes, rep.Settings)
+	}
+	var table bytes.Buffer
+	if err := rep.WriteTable(&table); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"--nats-url " + c.url(), "--replicas 3", "--workspaces 2", "3 replicas", "2 workspace(s) per phase"} {
+		if !strings.Contains(table.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, table.String())
+		}
 	}
 }

@@ -29,15 +29,18 @@ import (
 )
 
 // env is the one process layout every phase runs in: an embedded JetStream
-// in a fresh directory, one in-process connection to it (exactly as the bus
+// in a fresh directory, or a NATS cluster (Options.NATSURL, or the local
+// one of Options.Cluster), one connection to it (exactly as the bus
 // connects), the bus serving its publish API on a loopback listener, and
 // the relay on another, both with the bus's HTTP stack.
 type env struct {
 	o   Options
 	dir string
 	ns  *server.Server
-	st  *store.Store
-	srv *bus.Server
+	// cluster is Options.Cluster's local cluster, nil otherwise.
+	cluster *localCluster
+	st      *store.Store
+	srv     *bus.Server
 	// metrics are the bus's own, read for its inside view of a phase.
 	metrics *bus.Metrics
 	api     *http.Server
@@ -53,27 +56,43 @@ func newEnv(ctx context.Context, o Options) (_ *env, err error) {
 			e.close()
 		}
 	}()
-	if e.dir, err = os.MkdirTemp(o.DataDir, "storybus-bench-"); err != nil {
-		return nil, err
+	url := o.NATSURL
+	if o.Cluster > 0 {
+		if e.cluster, err = startCluster(ctx, o); err != nil {
+			return nil, err
+		}
+		url = e.cluster.url()
 	}
-	e.ns, err = store.StartEmbedded(store.EmbeddedOptions{
-		DataDir:      e.dir,
-		SyncAlways:   o.Sync == SyncAlways,
-		SyncInterval: o.SyncInterval,
-	})
-	if err != nil {
-		return nil, err
-	}
-	if e.st, err = store.Connect(store.Options{Embedded: e.ns, Name: "storybus-bench"}); err != nil {
-		return nil, err
+	if url != "" {
+		// As serve connects to an external cluster: every stream and
+		// bucket replicated, records durable when acknowledged.
+		if e.st, err = store.Connect(store.Options{URL: url, Replicas: o.replicas(), Name: "storybus-bench"}); err != nil {
+			return nil, err
+		}
+	} else {
+		if e.dir, err = os.MkdirTemp(o.DataDir, "storybus-bench-"); err != nil {
+			return nil, err
+		}
+		e.ns, err = store.StartEmbedded(store.EmbeddedOptions{
+			DataDir:      e.dir,
+			SyncAlways:   o.Sync == SyncAlways,
+			SyncInterval: o.SyncInterval,
+		})
+		if err != nil {
+			return nil, err
+		}
+		if e.st, err = store.Connect(store.Options{Embedded: e.ns, Name: "storybus-bench"}); err != nil {
+			return nil, err
+		}
 	}
 	log := o.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	e.metrics = bus.NewMetrics()
-	// As serve runs it on its embedded store: the topic's only writer.
-	e.srv = bus.New(bus.Options{Store: e.st, Logger: log, Metrics: e.metrics, SoleWriter: true})
+	// As serve runs it: on its embedded store the topics' only writer, on
+	// a cluster one of many, every snapshot a compare-and-swap.
+	e.srv = bus.New(bus.Options{Store: e.st, Logger: log, Metrics: e.metrics, SoleWriter: e.ns != nil})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -90,7 +109,7 @@ func newEnv(ctx context.Context, o Options) (_ *env, err error) {
 			Proxy:              nil,
 			IdleConnTimeout:    2 * time.Minute,
 			DisableCompression: true,
-		}, slices.Max(o.Producers)),
+		}, slices.Max(o.Producers)*o.Workspaces),
 	}
 	return e, nil
 }
@@ -125,6 +144,9 @@ func (e *env) close() {
 	if e.ns != nil {
 		e.ns.Shutdown()
 		e.ns.WaitForShutdown()
+	}
+	if e.cluster != nil {
+		e.cluster.stop()
 	}
 	if e.dir != "" {
 		_ = os.RemoveAll(e.dir)
@@ -239,7 +261,22 @@ func (e *env) openBus(ctx context.Context, ws string) (*busTarget, error) {
 	if err := e.srv.Apply(ctx, cfg); err != nil {
 		return nil, err
 	}
-	token, err := e.token(ctx, ws, SystemID, secret)
+	// On a cluster a workspace's buckets just created may have no leader
+	// yet: the token endpoint then answers temporarily_unavailable.
+	var token string
+	var err error
+	for deadline := time.Now().Add(tokenWithin); ; {
+		token, err = e.token(ctx, ws, SystemID, secret)
+		var re *oauth2.RetrieveError
+		if err == nil || !errors.As(err, &re) || re.ErrorCode != "temporarily_unavailable" || time.Now().After(deadline) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -249,6 +286,10 @@ func (e *env) openBus(ctx context.Context, ws string) (*busTarget, error) {
 		e:       e,
 	}, nil
 }
+
+// tokenWithin bounds how long a fresh workspace's token endpoint may
+// answer that its store is not ready yet.
+const tokenWithin = 30 * time.Second
 
 // token gets an access token with the client-credentials flow.
 func (e *env) token(ctx context.Context, ws, clientID, secret string) (string, error) {
@@ -306,15 +347,25 @@ func (t poster) publish(ctx context.Context, m message) (int, error) {
 // spill into the next phase.
 func (t *busTarget) settle() { t.e.srv.Wait() }
 
-// inside returns the bus's own mean timings of the workspace, in
+// inside returns the bus's own mean timings of the phase's workspaces, in
 // milliseconds, from its metrics: the handler's answer time of accepted
 // messages ("handler") and each store operation's.
-func (t *busTarget) inside() (map[string]float64, error) {
-	families, err := t.e.metrics.Registry.Gather()
+func (e *env) inside(targets []target) (map[string]float64, error) {
+	ids := map[string]bool{}
+	for _, t := range targets {
+		if bt, ok := t.(*busTarget); ok {
+			ids[bt.id] = true
+		}
+	}
+	families, err := e.metrics.Registry.Gather()
 	if err != nil {
 		return nil, err
 	}
-	means := map[string]float64{}
+	type sum struct {
+		seconds float64
+		count   uint64
+	}
+	sums := map[string]sum{}
 	for _, f := range families {
 		for _, m := range f.GetMetric() {
 			labels := map[string]string{}
@@ -322,17 +373,27 @@ func (t *busTarget) inside() (map[string]float64, error) {
 				labels[l.GetName()] = l.GetValue()
 			}
 			h := m.GetHistogram()
-			if labels["workspace"] != t.id || h == nil || h.GetSampleCount() == 0 {
+			if !ids[labels["workspace"]] || h == nil || h.GetSampleCount() == 0 {
 				continue
 			}
-			mean := h.GetSampleSum() / float64(h.GetSampleCount()) * 1000
+			key := ""
 			switch {
 			case f.GetName() == "storybus_publish_duration_seconds" && labels["status"] == "202":
-				means["handler"] = mean
+				key = "handler"
 			case f.GetName() == "storybus_store_operation_duration_seconds" && labels["op"] != "":
-				means[labels["op"]] = mean
+				key = labels["op"]
+			default:
+				continue
 			}
+			s := sums[key]
+			s.seconds += h.GetSampleSum()
+			s.count += h.GetSampleCount()
+			sums[key] = s
 		}
+	}
+	means := map[string]float64{}
+	for key, s := range sums {
+		means[key] = s.seconds / float64(s.count) * 1000
 	}
 	return means, nil
 }

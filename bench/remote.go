@@ -100,7 +100,7 @@ func (r *remote) runPhase(ctx context.Context, name PhaseName, producers, round 
 		storyPrefix: fmt.Sprintf("%s-p%d-r%d-", r.run, producers, round),
 		events:      true,
 	}
-	ph := drive(ctx, t, r.o, producers, g)
+	ph := drive(ctx, []publisher{t}, r.o, producers, g)
 	ph.Name = name
 	if err := ctx.Err(); err != nil {
 		return Phase{}, err

@@ -197,7 +197,14 @@ func loadAverage() string {
 // Settings are the options a run used, as the command line spells them.
 type Settings struct {
 	// URL is the running bus's workspace URL; empty for the embedded one.
-	URL          string `json:"url,omitempty"`
+	URL string `json:"url,omitempty"`
+	// NATSURL is the external NATS cluster written to; Cluster the size
+	// of the local one the run started; Replicas their streams' and
+	// buckets' replicas.
+	NATSURL      string `json:"nats_url,omitempty"`
+	Cluster      int    `json:"cluster,omitempty"`
+	Replicas     int    `json:"replicas,omitempty"`
+	Workspaces   int    `json:"workspaces,omitempty"`
 	Sync         string `json:"sync,omitempty"`
 	SyncInterval string `json:"sync_interval,omitempty"`
 	Producers    []int  `json:"producers"`
@@ -218,6 +225,18 @@ func settingsOf(o Options) Settings {
 		Warmup:    o.Warmup.String(),
 		Messages:  o.Messages,
 		Rounds:    o.Rounds,
+		NATSURL:   o.NATSURL,
+		Cluster:   o.Cluster,
+	}
+	if o.cluster() {
+		s.Replicas = o.replicas()
+	}
+	if o.Workspaces > 1 {
+		s.Workspaces = o.Workspaces
+	}
+	if o.NATSURL != "" {
+		// The cluster's own configuration decides its fsyncs.
+		s.Sync = ""
 	}
 	if len(o.Phases) > 0 {
 		s.Phases = o.phases()
@@ -237,10 +256,19 @@ func settingsOf(o Options) Settings {
 // Flags returns the settings as `storybus bench` flags.
 func (s Settings) Flags() string {
 	var f []string
-	if s.URL != "" {
+	switch {
+	case s.URL != "":
 		f = append(f, "--url "+s.URL)
-	} else {
+	case s.NATSURL != "":
+		f = append(f, "--nats-url "+s.NATSURL)
+	case s.Cluster > 0:
+		f = append(f, "--cluster "+strconv.Itoa(s.Cluster))
+	}
+	if s.Sync != "" {
 		f = append(f, "--sync "+s.Sync)
+	}
+	if s.Replicas > 0 {
+		f = append(f, "--replicas "+strconv.Itoa(s.Replicas))
 	}
 	if s.SyncInterval != "" {
 		f = append(f, "--sync-interval "+s.SyncInterval)
@@ -250,6 +278,9 @@ func (s Settings) Flags() string {
 		levels[i] = strconv.Itoa(n)
 	}
 	f = append(f, "--producers "+strings.Join(levels, ","), "--stories "+strconv.Itoa(s.Stories))
+	if s.Workspaces > 1 {
+		f = append(f, "--workspaces "+strconv.Itoa(s.Workspaces))
+	}
 	if s.Messages > 0 {
 		f = append(f, "--messages "+strconv.Itoa(s.Messages))
 	} else {
@@ -325,8 +356,15 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if r.Settings.URL != "" {
 		fmt.Fprintf(&b, "target:  the running bus at %s, the bus phase alone; one message in %d a story.event, the others story.context snapshots (mean %d bytes)\n",
 			r.Settings.URL, eventEvery, payload)
+	} else if st := r.Settings; st.NATSURL != "" || st.Cluster > 0 {
+		where := "the NATS cluster at " + st.NATSURL
+		if st.Cluster > 0 {
+			where = fmt.Sprintf("%d local nats-server processes clustered on loopback (fsync %s)", st.Cluster, st.Sync)
+		}
+		fmt.Fprintf(&b, "store:   %s, file storage, %d replicas, one connection, every snapshot a compare-and-swap; %d workspace(s) per phase; messages of %d bytes\n",
+			where, st.Replicas, max(st.Workspaces, 1), payload)
 	} else {
-		fmt.Fprintf(&b, "store:   embedded JetStream, file storage, one in-process connection; messages of %d bytes\n", payload)
+		fmt.Fprintf(&b, "store:   embedded JetStream, file storage, one in-process connection; %d workspace(s) per phase; messages of %d bytes\n", max(st.Workspaces, 1), payload)
 	}
 	for _, l := range r.Levels {
 		if len(r.Levels) > 1 {

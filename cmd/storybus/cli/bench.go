@@ -17,15 +17,16 @@ import (
 
 // benchFlags are the flags of `storybus bench` beyond bench.Options.
 type benchFlags struct {
-	jsonPath string
-	phases   []string
+	jsonPath   string
+	cpuProfile string
+	phases     []string
 	// The running bus of --url, and how to reach and authenticate to it.
 	url, clientID, clientSecret, token, systemID string
 	tls                                          client.TLSFiles
 }
 
 // embeddedOnly are the flags that mean nothing against a running bus.
-var embeddedOnly = []string{"sync", "sync-interval", "data-dir", "phases"}
+var embeddedOnly = []string{"sync", "sync-interval", "data-dir", "phases", "nats-url", "cluster", "nats-server", "replicas", "workspaces"}
 
 func newBenchCommand() *cobra.Command {
 	o := bench.DefaultOptions()
@@ -43,7 +44,12 @@ func newBenchCommand() *cobra.Command {
 			"With --url https://…/v1/tenants/<workspace> it drives that running bus instead, with unique, valid\n" +
 			"snapshots and events on stories new to it, authenticated with --client-id and --client-secret\n" +
 			"(or " + EnvClientSecret + "), a client certificate, or --token, and prints the same table without\n" +
-			"baselines. --producers 1,4,16,64 measures each level of concurrency in turn and adds a line per level.",
+			"baselines. --producers 1,4,16,64 measures each level of concurrency in turn and adds a line per level.\n\n" +
+			"With --nats-url the bus and the baselines write to that NATS cluster instead of an embedded store,\n" +
+			"every stream and bucket with --replicas replicas (3), every snapshot a compare-and-swap, as pool\n" +
+			"replicas do; --cluster 3 starts three local nats-server processes (--nats-server) clustered with\n" +
+			"JetStream for the run and stops them after it. --workspaces spreads the producers over that many\n" +
+			"workspaces in every phase.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := bf.apply(cmd, &o); err != nil {
@@ -54,6 +60,14 @@ func newBenchCommand() *cobra.Command {
 			}
 			o.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 			o.Progress = cmd.ErrOrStderr()
+			if bf.cpuProfile != "" {
+				f, err := os.Create(bf.cpuProfile)
+				if err != nil {
+					return fmt.Errorf("--cpu-profile: %w", err)
+				}
+				defer f.Close()
+				o.CPUProfile = f
+			}
 			rep, runErr := bench.Run(cmd.Context(), o)
 			if rep == nil {
 				return runErr
@@ -77,7 +91,7 @@ func newBenchCommand() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.Sync, "sync", o.Sync, "embedded JetStream fsync: always (every write) or interval, as in serve")
+	f.StringVar(&o.Sync, "sync", o.Sync, "fsync of the embedded JetStream, or of the --cluster nodes: always (every write) or interval, as in serve")
 	f.DurationVar(&o.SyncInterval, "sync-interval", 0, "fsync period with --sync=interval (nats-server's default is 2m)")
 	f.IntSliceVar(&o.Producers, "producers", o.Producers, "concurrent producers in every phase; several levels, comma-separated (1,4,16,64), are measured in turn")
 	f.IntVar(&o.Stories, "stories", o.Stories, "stories shared out among the producers, each owned by one")
@@ -86,7 +100,13 @@ func newBenchCommand() *cobra.Command {
 	f.IntVar(&o.Messages, "messages", 0, "measure this many messages per phase instead of --duration")
 	f.IntVar(&o.Rounds, "rounds", o.Rounds, "rounds of every phase; the median round (by bus ÷ relay two-write) is reported")
 	f.StringSliceVar(&bf.phases, "phases", nil, "run only these phases, comma-separated (default all: bus,relay,relay-two-write,raw-single,three-write)")
-	f.StringVar(&o.DataDir, "data-dir", "", "directory for the store's temporary files (default the system's temporary directory)")
+	f.StringVar(&o.DataDir, "data-dir", "", "directory for the store's temporary files, or the --cluster nodes' (default the system's temporary directory)")
+	f.StringVar(&o.NATSURL, "nats-url", "", "write to this external NATS cluster (client URLs, comma-separated) instead of an embedded JetStream; its own configuration decides its fsyncs")
+	f.IntVar(&o.Cluster, "cluster", 0, "start this many local nats-server processes clustered with JetStream, fsyncing as --sync says, and write to them")
+	f.StringVar(&o.NATSServer, "nats-server", o.NATSServer, "with --cluster: the nats-server binary, a path or a name in PATH")
+	f.IntVar(&o.Replicas, "replicas", 0, "with --nats-url or --cluster: replicas of every stream and bucket (default 3, or a smaller --cluster's size)")
+	f.IntVar(&o.Workspaces, "workspaces", o.Workspaces, "workspaces every phase writes to; producer i writes to workspace i modulo their number")
+	f.StringVar(&bf.cpuProfile, "cpu-profile", "", "write a CPU profile (pprof) of this process during the first bus phase to this file: the bus with the load generator beside it")
 	f.StringVar(&bf.jsonPath, "json", "", "also write the report as JSON to this file")
 	f.StringVar(&bf.url, "url", "", "drive the running bus at this workspace URL, https://host/v1/tenants/<workspace>, instead of an embedded one")
 	f.StringVar(&bf.clientID, "client-id", "", "with --url: the connection's client id")
@@ -106,6 +126,16 @@ func (bf *benchFlags) apply(cmd *cobra.Command, o *bench.Options) error {
 	o.Phases = nil
 	for _, p := range bf.phases {
 		o.Phases = append(o.Phases, bench.PhaseName(p))
+	}
+	if o.NATSURL != "" {
+		for _, name := range []string{"sync", "sync-interval", "nats-server"} {
+			if cmd.Flags().Changed(name) {
+				return fmt.Errorf("--%s applies to the embedded store or --cluster; the --nats-url cluster's own configuration decides", name)
+			}
+		}
+	}
+	if cmd.Flags().Changed("nats-server") && o.Cluster == 0 {
+		return errors.New("--nats-server needs --cluster")
 	}
 	if bf.url == "" {
 		for _, name := range []string{"client-id", "client-secret", "token", "system-id", "ca-file", "cert-file", "key-file"} {

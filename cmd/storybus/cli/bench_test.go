@@ -28,6 +28,14 @@ func TestBenchRefusesBadFlags(t *testing.T) {
 		{[]string{"--url", "https://bus.example/v1/tenants/newsroom", "--token", "t", "--system-id", "cms", "--sync", "interval"}, "--sync applies to the embedded bus, not to --url"},
 		{[]string{"--url", "https://bus.example/v1/tenants/newsroom", "--token", "t", "--system-id", "cms", "--phases", "relay"}, "--phases applies to the embedded bus, not to --url"},
 		{[]string{"--url", "https://bus.example/v1/tenants/newsroom", "--token", "t", "--system-id", "cms", "--ca-file", "/nonexistent/ca.pem"}, "CA file"},
+		{[]string{"--nats-url", "nats://127.0.0.1:4222", "--sync", "interval"}, "--sync applies to the embedded store or --cluster"},
+		{[]string{"--nats-url", "nats://127.0.0.1:4222", "--cluster", "3"}, "not both"},
+		{[]string{"--nats-server", "bin/nats-server"}, "--nats-server needs --cluster"},
+		{[]string{"--replicas", "3"}, "replicas apply to a cluster"},
+		{[]string{"--cluster", "1", "--replicas", "3"}, "3 replicas need at least as many nodes"},
+		{[]string{"--workspaces", "0"}, "workspaces must be at least 1"},
+		{[]string{"--url", "https://bus.example/v1/tenants/newsroom", "--token", "t", "--system-id", "cms", "--workspaces", "2"}, "--workspaces applies to the embedded bus, not to --url"},
+		{[]string{"--url", "https://bus.example/v1/tenants/newsroom", "--token", "t", "--system-id", "cms", "--nats-url", "nats://127.0.0.1:4222"}, "--nats-url applies to the embedded bus, not to --url"},
 	} {
 		code, _, stderr := run(t, "", append([]string{"bench"}, c.args...)...)
 		if code != ExitUsage || !strings.Contains(stderr, c.want) {
