@@ -30,8 +30,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	config "github.com/storybus/storybus/api/config/v1alpha1"
 	"github.com/storybus/storybus/api/v1alpha1"
 	"github.com/storybus/storybus/bus"
+	"github.com/storybus/storybus/bus/pool"
 	"github.com/storybus/storybus/bus/store"
 	"github.com/storybus/storybus/controllers"
 	"github.com/storybus/storybus/internal/storetest"
@@ -294,8 +296,14 @@ func TestPoolAtScale(t *testing.T) {
 
 	// Onboarding: Tenants created one at a time on the ready pool, each
 	// timed from its create to its first publish answered 202.
+	tl := watchTimeline(ctx, t, k8s, st, ns, ns+"_"+poolName)
 	var onboard []time.Duration
 	var onboarded []string
+	type onboarding struct {
+		name                  string
+		began, created, creds time.Time
+	}
+	var timings []onboarding
 	for i := range nOnboard {
 		name := fmt.Sprintf("n%04d", i)
 		policy := v1alpha1.DeletionPolicyRetain
@@ -306,14 +314,33 @@ func TestPoolAtScale(t *testing.T) {
 		if err := createPooledTenant(ctx, k8s, ns, name, poolName, policy); err != nil {
 			t.Fatal(err)
 		}
-		firstAccepted(ctx, t, k8s, ns, name, replicas, checkOperator)
+		created := time.Now()
+		credentialsAt := firstAccepted(ctx, t, k8s, ns, name, replicas, checkOperator)
 		onboard = append(onboard, time.Since(began))
 		onboarded = append(onboarded, name)
+		timings = append(timings, onboarding{name, began, created, credentialsAt})
 		checkOperator()
 	}
 	p50, p99, worst := quantiles(onboard)
 	t.Logf("onboarding %d Tenants one at a time on the ready pool, create to first publish 202: p50 %s, p99 %s, max %s; load average %s",
 		nOnboard, p50.Round(time.Millisecond), p99.Round(time.Millisecond), worst.Round(time.Millisecond), loadAverage())
+	// The last replica's report may come after the first 202.
+	testutil.EventuallyTrue(t, "every replica's report of the onboarded Tenants", time.Minute, func() bool {
+		return tl.reported(onboarded) == len(onboarded)
+	})
+	stages := map[string][]time.Duration{}
+	for _, o := range timings {
+		for stage, at := range tl.stages(o.name, o.created, o.creds) {
+			stages[stage] = append(stages[stage], at.Sub(o.began))
+		}
+	}
+	for _, stage := range timelineStages {
+		if ds := stages[stage]; len(ds) > 0 {
+			p50, p99, worst := quantiles(ds)
+			t.Logf("  from the create to %s (%d of %d seen): p50 %s, p99 %s, max %s", stage, len(ds), nOnboard,
+				p50.Round(time.Millisecond), p99.Round(time.Millisecond), worst.Round(time.Millisecond))
+		}
+	}
 
 	rotated := rotateOnEveryReplica(ctx, t, k8s, ns, onboarded[0]+"-c00", replicas, checkOperator)
 	t.Logf("one Connection's secret rotated: the new secret accepted and the old refused on all %d replicas %s after the rotation was asked; load average %s",
@@ -464,18 +491,22 @@ func credentials(ctx context.Context, k8s client.Client, ns, conn string) (strin
 }
 
 // firstAccepted polls Tenant name's first Connection through the replicas
-// in turn, a token then a publish, until a publish is answered 202.
-func firstAccepted(ctx context.Context, t *testing.T, k8s client.Client, ns, name string, replicas []*replicaProcess, checkOperator func()) {
+// in turn, a token then a publish, until a publish is answered 202. It
+// returns when the Connection's credentials were first read.
+func firstAccepted(ctx context.Context, t *testing.T, k8s client.Client, ns, name string, replicas []*replicaProcess, checkOperator func()) (credentialsAt time.Time) {
 	t.Helper()
 	deadline := time.Now().Add(2 * time.Minute)
 	last := "no attempt"
 	for i := 0; ; i++ {
 		id, secret, err := credentials(ctx, k8s, ns, name+"-c00")
 		if err == nil {
+			if credentialsAt.IsZero() {
+				credentialsAt = time.Now()
+			}
 			r := replicas[i%len(replicas)]
 			status, body := r.publishWith(name, id, secret)
 			if status == http.StatusAccepted {
-				return
+				return credentialsAt
 			}
 			last = fmt.Sprintf("%s: %d %s", r.name, status, body)
 		} else {
@@ -712,4 +743,141 @@ func (r *replicaProcess) publishWith(ws, clientID, secret string) (int, string) 
 	defer res.Body.Close()
 	b, _ := io.ReadAll(res.Body)
 	return res.StatusCode, string(b)
+}
+
+// timeline records when each workspace's compiled configuration, its
+// document in the pool and each replica's report of it were first seen,
+// to tell where an onboarding's time goes.
+type timeline struct {
+	mu sync.Mutex
+	// compiled: the Tenant's ConfigMap first seen; placed: its document
+	// first put into the pool; inForce: each replica's first report of a
+	// document in force.
+	compiled, placed map[string]time.Time
+	inForce          map[string]map[string]time.Time
+}
+
+// The stages of an onboarding, in order.
+var timelineStages = []string{
+	"the Tenant and its 20 objects created",
+	"the first Connection's credentials read",
+	"its configuration compiled (ConfigMap)",
+	"its document put into the pool",
+	"in force on the first replica",
+	"in force on every replica",
+}
+
+// watchTimeline watches the ConfigMaps of ns and pool's two buckets until
+// ctx ends.
+func watchTimeline(ctx context.Context, t *testing.T, k8s client.WithWatch, st *store.Store, ns, poolName string) *timeline {
+	t.Helper()
+	tl := &timeline{compiled: map[string]time.Time{}, placed: map[string]time.Time{}, inForce: map[string]map[string]time.Time{}}
+	first := func(m map[string]time.Time, ws string) {
+		tl.mu.Lock()
+		if _, ok := m[ws]; !ok {
+			m[ws] = time.Now()
+		}
+		tl.mu.Unlock()
+	}
+	w, err := k8s.Watch(ctx, &corev1.ConfigMapList{}, client.InNamespace(ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		defer w.Stop()
+		for ev := range w.ResultChan() {
+			if cm, ok := ev.Object.(*corev1.ConfigMap); ok && cm.Data[controllers.ConfigFile] != "" {
+				if doc, err := config.Parse([]byte(cm.Data[controllers.ConfigFile])); err == nil {
+					first(tl.compiled, doc.ID)
+				}
+			}
+		}
+	}()
+	p, err := pool.Open(ctx, st.JS, poolName, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs, err := p.Documents.WatchAll(ctx, jetstream.UpdatesOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	statuses, err := p.Statuses.WatchAll(ctx, jetstream.UpdatesOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		defer func() { _ = docs.Stop(); _ = statuses.Stop() }()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case e := <-docs.Updates():
+				if e != nil && e.Operation() == jetstream.KeyValuePut {
+					first(tl.placed, e.Key())
+				}
+			case e := <-statuses.Updates():
+				if e == nil || e.Operation() != jetstream.KeyValuePut {
+					continue
+				}
+				var rs pool.Status
+				ws, replica, _ := strings.Cut(e.Key(), ".")
+				if json.Unmarshal(e.Value(), &rs) != nil || rs.Hash == "" {
+					continue
+				}
+				tl.mu.Lock()
+				if tl.inForce[ws] == nil {
+					tl.inForce[ws] = map[string]time.Time{}
+				}
+				if _, ok := tl.inForce[ws][replica]; !ok {
+					tl.inForce[ws][replica] = time.Now()
+				}
+				tl.mu.Unlock()
+			}
+		}
+	}()
+	return tl
+}
+
+// stages returns when workspace ws reached each stage of timelineStages
+// that was seen; created and credentials are the test's own.
+func (tl *timeline) stages(ws string, created, credentials time.Time) map[string]time.Time {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	out := map[string]time.Time{timelineStages[0]: created, timelineStages[1]: credentials}
+	if at, ok := tl.compiled[ws]; ok {
+		out[timelineStages[2]] = at
+	}
+	if at, ok := tl.placed[ws]; ok {
+		out[timelineStages[3]] = at
+	}
+	var first, last time.Time
+	for _, at := range tl.inForce[ws] {
+		if first.IsZero() || at.Before(first) {
+			first = at
+		}
+		if at.After(last) {
+			last = at
+		}
+	}
+	if !first.IsZero() {
+		out[timelineStages[4]] = first
+	}
+	if len(tl.inForce[ws]) == poolReplicas {
+		out[timelineStages[5]] = last
+	}
+	return out
+}
+
+// reported counts the workspaces of wss that every replica reported in
+// force.
+func (tl *timeline) reported(wss []string) int {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	n := 0
+	for _, ws := range wss {
+		if len(tl.inForce[ws]) == poolReplicas {
+			n++
+		}
+	}
+	return n
 }
