@@ -592,3 +592,66 @@ func TestPoolReplicaAsTheOperatorRunsIt(t *testing.T) {
 		return nil
 	})
 }
+
+// TestPooledReadinessMessageWhileReplicasReport checks that a pooled
+// Tenant's ConfigurationLoaded says the same while its ready replicas
+// take the document up one after the other (each change of it rewrote the
+// status of every Connection and Grant of the Tenant not yet in force),
+// names the replicas that do not serve it once it has waited
+// poolWaitNamed, and names a refusing replica at once.
+func TestPooledReadinessMessageWhileReplicasReport(t *testing.T) {
+	readyPod := func(name string) corev1.Pod {
+		return corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Status: corev1.PodStatus{Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}}
+	}
+	now := time.Now()
+	scope := func(falseSince time.Time, statuses map[string]pool.Status) *poolScope {
+		tn := &v1alpha1.Tenant{}
+		if !falseSince.IsZero() {
+			tn.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionConfigurationLoaded, Status: metav1.ConditionFalse,
+				Reason: v1alpha1.ReasonConfigurationNotLoaded, LastTransitionTime: metav1.NewTime(falseSince)}}
+		}
+		placed := cond(v1alpha1.ConditionPoolReady, metav1.ConditionTrue, v1alpha1.ReasonPlaced, "placed")
+		return &poolScope{tenant: tn, pool: &v1alpha1.BusPool{ObjectMeta: metav1.ObjectMeta{Namespace: "pools", Name: "shared"}},
+			placed: &placed, configHash: "sha256:config", docHash: "sha256:doc", synced: true,
+			pods: []corev1.Pod{readyPod("shared-pool-0"), readyPod("shared-pool-1"), readyPod("shared-pool-2")}, statuses: statuses}
+	}
+	serving := pool.Status{Hash: "sha256:doc"}
+	older := pool.Status{Hash: "sha256:older"}
+	var messages []string
+	for _, statuses := range []map[string]pool.Status{
+		{},
+		{"shared-pool-1": serving},
+		{"shared-pool-0": older, "shared-pool-1": serving},
+		{"shared-pool-0": serving, "shared-pool-1": serving},
+	} {
+		s := scope(now.Add(-time.Second), statuses)
+		_, loaded := s.readiness(s.loads(), now)
+		if loaded.Status != metav1.ConditionFalse || loaded.Reason != v1alpha1.ReasonConfigurationNotLoaded {
+			t.Fatalf("%v: %+v, want False %s", statuses, loaded, v1alpha1.ReasonConfigurationNotLoaded)
+		}
+		messages = append(messages, loaded.Message)
+	}
+	if len(slices.Compact(slices.Clone(messages))) != 1 {
+		t.Errorf("the message changed as the replicas reported: %q", messages)
+	}
+	if m := messages[0]; !strings.Contains(m, "sha256:config") || !strings.Contains(m, "3 ready") || !strings.Contains(m, "pools/shared") {
+		t.Errorf("message %q: want the configuration, the ready replicas and the pool", m)
+	}
+
+	s := scope(now.Add(-poolWaitNamed-time.Second), map[string]pool.Status{"shared-pool-0": older, "shared-pool-1": serving})
+	if _, loaded := s.readiness(s.loads(), now); !strings.Contains(loaded.Message, "replica shared-pool-0 serves document sha256:older") ||
+		!strings.Contains(loaded.Message, "replica shared-pool-2 does not serve the workspace yet") || strings.Contains(loaded.Message, "shared-pool-1") {
+		t.Errorf("after %s: %q, want the two replicas that do not serve it named", poolWaitNamed, loaded.Message)
+	}
+
+	s = scope(now.Add(-time.Second), map[string]pool.Status{"shared-pool-0": {Hash: "sha256:older", Refused: "sha256:doc", Error: "rego_parse_error"}})
+	if _, loaded := s.readiness(s.loads(), now); loaded.Reason != v1alpha1.ReasonConfigurationRefused || !strings.Contains(loaded.Message, "shared-pool-0 refused it: rego_parse_error") {
+		t.Errorf("a refusal: %+v, want it named at once", loaded)
+	}
+
+	s = scope(now.Add(-time.Second), map[string]pool.Status{"shared-pool-0": serving, "shared-pool-1": serving, "shared-pool-2": serving})
+	if _, loaded := s.readiness(s.loads(), now); loaded.Status != metav1.ConditionTrue {
+		t.Errorf("every replica serves it: %+v", loaded)
+	}
+}
