@@ -224,6 +224,7 @@ func TestPoolAtScale(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	tl := watchTimeline(ctx, t, k8s, st, ns, ns+"_"+poolName)
 	// The bulk: every Tenant with its Connections and Grants, from eight
 	// writers.
 	start := time.Now()
@@ -236,9 +237,16 @@ func TestPoolAtScale(t *testing.T) {
 	})
 	created := time.Since(start)
 	lastCreate := time.Now()
-	deadline := lastCreate.Add(time.Duration(nBulk)*time.Second + 2*time.Minute)
+	deadline := lastCreate.Add(time.Duration(nBulk)*2*time.Second + 5*time.Minute)
 	var ready readiness
+	progressed := time.Now()
 	for {
+		if time.Since(progressed) > 30*time.Second {
+			// A long run shows how far it got.
+			progressed = time.Now()
+			t.Logf("%s after the last create: %d Tenants Ready, %d documents in the pool; load average %s",
+				time.Since(lastCreate).Round(time.Second), ready.tenants, tl.placedCount(), loadAverage())
+		}
 		ready, err = countReady(ctx, k8s, ns)
 		if err == nil && ready.tenants == nBulk && ready.connections == nBulk*connectionsPerTenant && ready.grants == nBulk*connectionsPerTenant {
 			break
@@ -277,6 +285,9 @@ func TestPoolAtScale(t *testing.T) {
 	for _, r := range replicas {
 		t.Logf("replica %s when all Ready: %s", r.name, r.memory())
 	}
+	lastPut, lastReport := tl.last(names)
+	t.Logf("the bulk's last document put into the pool %s after the last create, the last replica's first report of one in force %s after it",
+		lastPut.Sub(lastCreate).Round(time.Millisecond), lastReport.Sub(lastCreate).Round(time.Millisecond))
 
 	// Every Tenant answers a publish 202, through the replicas in turn.
 	published := time.Now()
@@ -296,7 +307,6 @@ func TestPoolAtScale(t *testing.T) {
 
 	// Onboarding: Tenants created one at a time on the ready pool, each
 	// timed from its create to its first publish answered 202.
-	tl := watchTimeline(ctx, t, k8s, st, ns, ns+"_"+poolName)
 	var onboard []time.Duration
 	var onboarded []string
 	type onboarding struct {
@@ -880,4 +890,29 @@ func (tl *timeline) reported(wss []string) int {
 		}
 	}
 	return n
+}
+
+// last returns when the last of wss's documents was first put into the
+// pool, and when the last replica first reported one of them in force.
+func (tl *timeline) last(wss []string) (put, report time.Time) {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	for _, ws := range wss {
+		if at := tl.placed[ws]; at.After(put) {
+			put = at
+		}
+		for _, at := range tl.inForce[ws] {
+			if at.After(report) {
+				report = at
+			}
+		}
+	}
+	return put, report
+}
+
+// placedCount counts the workspaces whose document was put into the pool.
+func (tl *timeline) placedCount() int {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	return len(tl.placed)
 }
