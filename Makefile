@@ -219,6 +219,10 @@ bench-cluster: ## Benchmark the bus against the HTTP relays on three local nats-
 	$(GO) run ./cmd/storybus bench --cluster 3 --nats-server $(BIN)/nats-server --workspaces 10 --producers 16 \
 		--phases bus,relay,relay-two-write --rounds 3 --duration 8s
 
+.PHONY: bench-density
+bench-density: ## Benchmark a pool replica's memory per idle workspace and its start at 100, 500 and 1,000 workspaces of 10 connections.
+	$(GO) run ./cmd/storybus bench density --workspaces 100,500,1000 --connections 10
+
 .PHONY: bench-isolation
 bench-isolation: ## Benchmark a workspace's p99 alone and while another is flooded (a deadline-tripping module, 10x its rate limit).
 	$(GO) test -run='^$$' -bench='^BenchmarkNeighbourUnderFlood$$' -benchtime=1x ./bus/

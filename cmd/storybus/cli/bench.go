@@ -117,6 +117,7 @@ func newBenchCommand() *cobra.Command {
 	f.StringVar(&bf.tls.CertFile, "cert-file", "", "with --url: PEM client certificate, for a bus that takes mutual TLS")
 	f.StringVar(&bf.tls.KeyFile, "key-file", "", "with --url: PEM private key of --cert-file")
 	readEnv(cmd, "client-id", "client-secret", "ca-file")
+	cmd.AddCommand(newBenchDensityCommand())
 	return cmd
 }
 

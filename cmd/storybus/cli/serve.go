@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"net/netip"
 	"os"
 	"runtime/debug"
@@ -79,6 +80,9 @@ type ServeOptions struct {
 	TrustedProxies []string
 	// Consumers bound the consumer routes' durable consumers.
 	Consumers store.ConsumerLimits
+	// Profiling serves Go's runtime profiles under /debug/pprof/ on the
+	// operations port.
+	Profiling bool
 	// FaultKill names a publish fault point at which the process kills
 	// itself with SIGKILL: the crash drills of the fault tests.
 	FaultKill string
@@ -124,6 +128,7 @@ func (o *ServeOptions) bind(cmd *cobra.Command) {
 	f.StringVar(&o.TLSKeyFile, "tls-key-file", "", "PEM private key of --tls-cert-file")
 	f.StringVar(&o.TLSClientCAFile, "tls-client-ca-file", "", "PEM authorities whose client certificates are accepted (mutual TLS)")
 	f.StringSliceVar(&o.TrustedProxies, "trusted-proxies", nil, "addresses or CIDRs of the proxies whose X-Forwarded-For gives the client's address (default: none, the peer's address)")
+	f.BoolVar(&o.Profiling, "profiling", false, "also serve Go's runtime profiles (heap, CPU, goroutines) under /debug/pprof/ on the operations port")
 	f.StringVar(&o.FaultKill, "fault-kill", "", "crash drill: SIGKILL the process at this publish fault point")
 	_ = f.MarkHidden("fault-kill")
 }
@@ -363,6 +368,22 @@ func servePool(ctx context.Context, o ServeOptions, srv *bus.Server, log *slog.L
 	}
 }
 
+// opsHandler is srv's operations port, with Go's runtime profiles under
+// /debug/pprof/ when profiling is set.
+func opsHandler(srv *bus.Server, profiling bool) http.Handler {
+	if !profiling {
+		return srv.OpsHandler()
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/", srv.OpsHandler())
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	return mux
+}
+
 // serveHTTP serves srv's publish API and operations endpoints, and reloads
 // the watched configuration files, until ctx ends or a listener fails.
 func serveHTTP(ctx context.Context, o ServeOptions, cfgs []*config.Workspace, srv *bus.Server, log *slog.Logger, ready func(api, ops net.Addr)) error {
@@ -409,7 +430,7 @@ func serveHTTP(ctx context.Context, o ServeOptions, cfgs []*config.Workspace, sr
 	// certificate, TLS 1.1) are the server's own log lines.
 	api := bus.NewHTTPServer(srv.Handler(), slog.NewLogLogger(log.Handler(), slog.LevelWarn))
 	api.TLSConfig = tlsConfig
-	ops := &http.Server{Handler: srv.OpsHandler(), ReadHeaderTimeout: 10 * time.Second}
+	ops := &http.Server{Handler: opsHandler(srv, o.Profiling), ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 2)
 	go func() {
 		if tlsConfig != nil {
