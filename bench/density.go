@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -307,7 +306,7 @@ type replica struct {
 
 	cmd       *exec.Cmd
 	done      chan struct{}
-	logs      *lockedBuffer
+	logs      *tailBuffer
 	api, ops  string
 	startedAt time.Time
 }
@@ -325,7 +324,7 @@ func (r *replica) launch() error {
 		return err
 	}
 	r.api, r.ops = api, ops
-	r.logs = &lockedBuffer{}
+	r.logs = &tailBuffer{}
 	r.cmd = exec.Command(r.o.Binary, "serve", "--nats-url", r.natsURL, "--pool", densityPool, "--pool-replica", replicaName,
 		"--listen", api, "--ops-listen", ops, "--drain-period", "0s", "--access-log=false", "--log-level", "warn", "--profiling")
 	r.cmd.Stdout, r.cmd.Stderr = r.logs, r.logs
@@ -357,7 +356,7 @@ func (r *replica) stop() error {
 
 // exited is the error of a replica that ended before it was stopped.
 func (r *replica) exited() error {
-	return fmt.Errorf("the replica exited: %v\n%s", r.cmd.ProcessState, r.logs.tail(4096))
+	return fmt.Errorf("the replica exited: %v\n%s", r.cmd.ProcessState, r.logs.String())
 }
 
 // start launches the replica and waits for every workspace of ws to be
@@ -385,7 +384,7 @@ func (r *replica) start(ctx context.Context, ws []densityWorkspace) (Start, erro
 	for len(inForce) < len(want) {
 		select {
 		case <-ctx.Done():
-			return s, fmt.Errorf("%d of %d workspaces in force when the start timed out (last refusal: %s)\n%s", len(inForce), len(want), refused, r.logs.tail(4096))
+			return s, fmt.Errorf("%d of %d workspaces in force when the start timed out (last refusal: %s)\n%s", len(inForce), len(want), refused, r.logs.String())
 		case <-r.done:
 			return s, r.exited()
 		case e := <-watch.Updates():
@@ -605,38 +604,6 @@ func parseMemory(r io.Reader) (Memory, error) {
 		return m, errors.New("the replica's /metrics lacks process_resident_memory_bytes, go_memstats_heap_inuse_bytes or go_goroutines")
 	}
 	return m, nil
-}
-
-// freeAddr returns a loopback address no one listens on now.
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
-}
-
-// lockedBuffer keeps a process's output for its error messages.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) tail(n int) string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	s := b.buf.String()
-	if len(s) > n {
-		s = s[len(s)-n:]
-	}
-	return s
 }
 
 // WriteTable prints the report: the empty replica, then a line per level.
