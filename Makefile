@@ -217,7 +217,7 @@ bench: ## Benchmark publishing through the bus against HTTP relay and raw JetStr
 .PHONY: bench-cluster
 bench-cluster: ## Benchmark the bus against the HTTP relays on three local nats-server processes (R3), 16 producers across 10 workspaces.
 	$(GO) run ./cmd/storybus bench --cluster 3 --nats-server $(BIN)/nats-server --workspaces 10 --producers 16 \
-		--phases bus,relay,relay-two-write --rounds 3 --duration 8s
+		--sync interval --phases bus,relay,relay-two-write --rounds 5 --duration 8s
 
 .PHONY: bench-density
 bench-density: ## Benchmark a pool replica's memory per idle workspace and its start at 100, 500 and 1,000 workspaces of 10 connections.

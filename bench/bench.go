@@ -359,13 +359,18 @@ func (e *env) runPhase(ctx context.Context, name PhaseName, producers, round int
 		if e.o.Workspaces > 1 {
 			ws += fmt.Sprintf("-w%d", i)
 		}
-		t, err := e.open(ctx, name, ws)
+		var t target
+		err := e.patiently(ctx, func() (err error) {
+			t, err = e.open(ctx, name, ws)
+			return err
+		})
 		if err != nil {
 			return Phase{}, err
 		}
 		targets = append(targets, t)
 		pubs[i] = t
 	}
+	before := e.st.Conn.Stats().OutMsgs
 	ph := drive(ctx, pubs, e.o, producers, generator{systemID: SystemID, storyPrefix: "story-"})
 	ph.Name = name
 	ph.Writes = durableWrites[name]
@@ -374,6 +379,9 @@ func (e *env) runPhase(ctx context.Context, name PhaseName, producers, round int
 	}
 	for _, t := range targets {
 		t.settle()
+	}
+	if ph.AcceptedTotal > 0 {
+		ph.StoreRequests = float64(e.st.Conn.Stats().OutMsgs-before) / float64(ph.AcceptedTotal)
 	}
 	if err := ctx.Err(); err != nil {
 		return Phase{}, err
@@ -393,12 +401,29 @@ func (e *env) runPhase(ctx context.Context, name PhaseName, producers, round int
 	}
 	ph.streamCounted = true
 	for len(targets) > 0 {
-		if err := targets[0].remove(ctx); err != nil {
+		if err := e.patiently(ctx, func() error { return targets[0].remove(ctx) }); err != nil {
 			return Phase{}, fmt.Errorf("removing the streams: %w", err)
 		}
 		targets = targets[1:]
 	}
 	return ph, nil
+}
+
+// patiently runs f, and on a cluster runs it again after a failure, up to
+// three times in all, a second apart: a busy cluster's JetStream API can
+// time out, or not show a stream just created yet, and removing or opening
+// the streams again is harmless.
+func (e *env) patiently(ctx context.Context, f func() error) error {
+	err := f()
+	for try := 1; err != nil && e.o.cluster() && try < 3; try++ {
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(time.Second):
+		}
+		err = f()
+	}
+	return err
 }
 
 // durableWrites says what each phase writes per message.

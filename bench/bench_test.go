@@ -295,6 +295,17 @@ func TestRunOnALocalCluster(t *testing.T) {
 			t.Errorf("%s: answers by status = %v; want only 202", ph.Name, ph.Statuses)
 		}
 	}
+	// The store round trips per message: one publish; a record create and
+	// a publish; and for the bus those and a head read for every story's
+	// first snapshot (each story here gets two).
+	for _, c := range []struct {
+		ph       Phase
+		min, max float64
+	}{{l.Relay, 1, 1}, {l.RelayTwoWrite, 2, 2}, {l.Bus, 2, 3}} {
+		if c.ph.StoreRequests < c.min || c.ph.StoreRequests > c.max {
+			t.Errorf("%s: %.2f store requests per message; want %.0f to %.0f", c.ph.Name, c.ph.StoreRequests, c.min, c.max)
+		}
+	}
 	if r := l.BusOverRelayTwoWrite; !(r.Throughput > 0) || !(r.P99 > 0) {
 		t.Errorf("bus ÷ relay two-write = %+v; want both measured", r)
 	}

@@ -229,8 +229,18 @@ func (s wsStore) streamMessages(ctx context.Context) (uint64, error) {
 	return info.State.Msgs, nil
 }
 
+// remove deletes the stream and the bucket; one already gone (removed by
+// an earlier try that timed out) is not an error.
 func (s wsStore) remove(ctx context.Context) error {
-	return errors.Join(s.js.DeleteStream(ctx, store.StreamName(s.id)), s.js.DeleteKeyValue(ctx, store.RecordsBucket(s.id)))
+	err := s.js.DeleteStream(ctx, store.StreamName(s.id))
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		err = nil
+	}
+	kvErr := s.js.DeleteKeyValue(ctx, store.RecordsBucket(s.id))
+	if errors.Is(kvErr, jetstream.ErrBucketNotFound) {
+		kvErr = nil
+	}
+	return errors.Join(err, kvErr)
 }
 
 // busTarget publishes through the bus's HTTP API with a bearer token.

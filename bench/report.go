@@ -132,6 +132,11 @@ type Phase struct {
 	StreamMessages uint64 `json:"stream_messages,omitempty"`
 	// streamCounted is set when StreamMessages was counted.
 	streamCounted bool
+	// StoreRequests is how many messages the store connection sent per
+	// accepted message, warm-up and background writes included: the
+	// JetStream requests (writes and reads) each message cost. A running
+	// bus's are not counted.
+	StoreRequests float64 `json:"store_requests_per_message,omitempty"`
 	// PayloadBytes is the mean size of a message body.
 	PayloadBytes int64 `json:"payload_bytes"`
 	// BusInsideMs is the bus's own view of the phase, warm-up included:
@@ -400,6 +405,15 @@ func (l *Level) write(b *strings.Builder) {
 			phaseLabels[ph.Name], writes, ph.PerSecond, ph.P50Ms, ph.P99Ms, ph.Accepted, ph.Errors)
 	}
 	_ = tw.Flush()
+	var requests []string
+	for _, ph := range l.phases() {
+		if ph.StoreRequests > 0 {
+			requests = append(requests, fmt.Sprintf("%s %.2f", ph.Name, ph.StoreRequests))
+		}
+	}
+	if len(requests) > 0 {
+		fmt.Fprintf(b, "\nstore requests per accepted message (warm-up included): %s\n", strings.Join(requests, ", "))
+	}
 	if len(l.Bus.Statuses) > 0 {
 		codes := slices.Sorted(maps.Keys(l.Bus.Statuses))
 		answers := make([]string, len(codes))
