@@ -42,7 +42,11 @@ type OperatorOptions struct {
 	MetricsCertDir         string
 	HealthProbeBindAddress string
 	// PprofBindAddress serves Go's /debug/pprof; "0" or empty disables it.
-	PprofBindAddress        string
+	PprofBindAddress string
+	// MemoryLimit is the memory the operator may use (its container's
+	// limit, which the chart passes as STORYBUS_MEMORY_LIMIT); the Go
+	// memory limit is set to nine tenths of it unless GOMEMLIMIT is set.
+	MemoryLimit             string
 	LeaderElect             bool
 	LeaderElectionID        string
 	LeaderElectionNamespace string
@@ -109,6 +113,7 @@ func (o *OperatorOptions) bind(cmd *cobra.Command) {
 	f.StringVar(&o.MetricsCertDir, "metrics-cert-dir", "", "directory with tls.crt and tls.key for the metrics endpoint (reloaded when they change); empty uses a self-signed certificate")
 	f.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
 	f.StringVar(&o.PprofBindAddress, "pprof-bind-address", "0", "address of Go's /debug/pprof profiles (CPU, heap) for diagnosing the operator; 0 disables it")
+	f.StringVar(&o.MemoryLimit, "memory-limit", "", "the memory the operator may use (its container's limit), in bytes or as a Kubernetes quantity (256Mi): the Go heap is kept under nine tenths of it unless GOMEMLIMIT is set; empty sets nothing")
 	f.BoolVar(&o.LeaderElect, "leader-elect", false, "elect a leader among operator replicas (a Lease); only the leader reconciles")
 	f.StringVar(&o.LeaderElectionID, "leader-election-id", "storybus-operator.bus.storybus.io", "name of the leader election Lease")
 	f.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the Lease; empty uses --operator-namespace, else the namespace the operator runs in")
@@ -324,6 +329,11 @@ func RunOperator(ctx context.Context, o OperatorOptions, cfg *rest.Config, log l
 	log = logr.FromSlogHandler(quietStop{Handler: logr.ToSlogHandler(log), stopping: ctx.Done()})
 	ctrl.SetLogger(log)
 	klog.SetLogger(log)
+	if limit, err := applyMemoryLimit(o.MemoryLimit); err != nil {
+		return usageError{err}
+	} else if limit > 0 {
+		log.Info("Go memory limit set", "bytes", limit, "from", "--memory-limit")
+	}
 	scheme, err := controllers.NewScheme()
 	if err != nil {
 		return err

@@ -11,6 +11,7 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/rest"
 )
 
 // TestNamedLevels: text logs name their levels, logr's verbosities
@@ -141,5 +142,16 @@ func TestQuietStop(t *testing.T) {
 		if !strings.Contains(lines[i], w) {
 			t.Errorf("line %q lacks %q", lines[i], w)
 		}
+	}
+}
+
+// TestOperatorMemoryLimitFlag: a --memory-limit that is no quantity stops
+// the operator before it connects, as a usage error naming the flag.
+func TestOperatorMemoryLimitFlag(t *testing.T) {
+	t.Setenv("GOMEMLIMIT", "")
+	err := RunOperator(t.Context(), OperatorOptions{MemoryLimit: "lots"}, &rest.Config{Host: "https://127.0.0.1:1"}, logr.Discard())
+	var ue usageError
+	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "--memory-limit") {
+		t.Errorf("error %v, want a usage error naming --memory-limit", err)
 	}
 }
