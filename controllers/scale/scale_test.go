@@ -6,7 +6,10 @@
 // By default the test runs a small size (20 Tenants, 200 Connections) to
 // keep `make test` short. STORYBUS_SCALE=full (or `make scale`) runs 500
 // Tenants with 5,000 Connections; STORYBUS_SCALE_TENANTS=N sets any size,
-// and STORYBUS_SCALE_WORKERS=N the operator's --max-concurrent-reconciles.
+// and STORYBUS_SCALE_WORKERS=N the operator's --max-concurrent-reconciles;
+// STORYBUS_SCALE_MEMORY_LIMIT its --memory-limit;
+// STORYBUS_SCALE_PROFILE=dir takes the operator's CPU profiles while it
+// converges, and its heap once all are Ready, into dir.
 // Run with -v for the numbers docs/performance.md records.
 //
 // pool_test.go, built with the scale tag (make scale-pool), is the bus
@@ -156,9 +159,21 @@ func TestOperatorAtScale(t *testing.T) {
 	args := []string{"operator", "--kubeconfig", filepath.Join(dir, "kubeconfig"),
 		"--metrics-bind-address", metricsAddr, "--metrics-secure=false", "--health-probe-bind-address", probeAddr, "--log-level", "error",
 		"--sync-period", sync.String()}
-	// STORYBUS_SCALE_PPROF=host:port serves the operator's profiles there.
-	if a := os.Getenv("STORYBUS_SCALE_PPROF"); a != "" {
-		args = append(args, "--pprof-bind-address", a)
+	// STORYBUS_SCALE_PPROF=host:port serves the operator's profiles there;
+	// STORYBUS_SCALE_MEMORY_LIMIT its --memory-limit;
+// STORYBUS_SCALE_PROFILE=dir takes its CPU profiles while it converges
+	// and its heap once all are Ready, into dir.
+	pprofAddr, profileDir := os.Getenv("STORYBUS_SCALE_PPROF"), os.Getenv("STORYBUS_SCALE_PROFILE")
+	if pprofAddr == "" && profileDir != "" {
+		pprofAddr = testutil.FreeAddr(t)
+	}
+	if pprofAddr != "" {
+		args = append(args, "--pprof-bind-address", pprofAddr)
+	}
+	// STORYBUS_SCALE_MEMORY_LIMIT=256Mi runs it as the chart does with that
+	// limit (its --memory-limit).
+	if l := os.Getenv("STORYBUS_SCALE_MEMORY_LIMIT"); l != "" {
+		args = append(args, "--memory-limit", l)
 	}
 	if n := os.Getenv("STORYBUS_SCALE_WORKERS"); n != "" {
 		args = append(args, "--max-concurrent-reconciles", n)
@@ -215,6 +230,10 @@ func TestOperatorAtScale(t *testing.T) {
 		}
 	}()
 
+	var prof *profiler
+	if profileDir != "" {
+		prof = startProfiling(t, pprofAddr, profileDir)
+	}
 	start := time.Now()
 	createAll(ctx, t, k8s, ns, nTenants, operatorExited)
 	created := time.Since(start)
@@ -236,6 +255,9 @@ func TestOperatorAtScale(t *testing.T) {
 	}
 	allReady := time.Since(start)
 	sinceLast := time.Since(lastCreate)
+	if prof != nil {
+		prof.stop(t)
+	}
 
 	m, err := scrape(metricsAddr)
 	if err != nil {
@@ -250,6 +272,9 @@ func TestOperatorAtScale(t *testing.T) {
 	t.Logf("created in %s; all Ready %s after the first create", created.Round(time.Millisecond), allReady.Round(time.Millisecond))
 	t.Logf("operator memory when all Ready: resident %s (peak seen %s), Go heap in use %s",
 		mib(m["process_resident_memory_bytes"]), mib(float64(peakRSS.Load())), mib(m["go_memstats_heap_inuse_bytes"]))
+	t.Logf("operator resident memory by kind: %s; Go runtime: %s from the OS, heap idle %s of which %s returned, stacks %s, next collection at %s of heap",
+		residentParts(operator.Process.Pid), mib(m["go_memstats_sys_bytes"]), mib(m["go_memstats_heap_idle_bytes"]),
+		mib(m["go_memstats_heap_released_bytes"]), mib(m["go_memstats_stack_sys_bytes"]), mib(m["go_memstats_next_gc_bytes"]))
 	t.Logf("operator CPU time: %.1f s", m["process_cpu_seconds_total"])
 	t.Logf("all Ready %s after the last create", sinceLast.Round(time.Millisecond))
 	t.Logf("operator writes until all Ready: %v, %.1f per Tenant (with its 10 Connections and Grants)", writesUntilReady, float64(writesUntilReady.total())/float64(nTenants))
