@@ -94,6 +94,15 @@ func (w objectWriter) apply(ctx context.Context, current client.Object, desired 
 		md["annotations"] = ann
 	}
 	ann[annotationApplied] = hash
+	kind, _ := want["kind"].(string)
+	ns, _ := md["namespace"].(string)
+	name, _ := md["name"].(string)
+	key := writtenKey{kind: kind, namespace: ns, name: name}
+	if current != nil && written.holds(key, hash, current.GetResourceVersion()) {
+		// The cache does not show this object's last write yet, and that
+		// write was this.
+		return false, nil
+	}
 	if current != nil && current.GetAnnotations()[annotationApplied] == hash {
 		have, err := toJSONMap(current)
 		if err != nil {
@@ -107,6 +116,7 @@ func (w objectWriter) apply(ctx context.Context, current client.Object, desired 
 	if err := w.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
 		return false, fmt.Errorf("apply %s: %w", what, err)
 	}
+	written.wrote(key, hash, u.GetResourceVersion())
 	return true, nil
 }
 

@@ -110,6 +110,20 @@ func patchStatus[T statusObject](ctx context.Context, c client.Client, rec event
 	if wait := progress.wait(obj, before, time.Now()); wait > 0 {
 		return wait, nil
 	}
+	whole, err := toJSONMap(obj)
+	if err != nil {
+		return 0, fmt.Errorf("status: %w", err)
+	}
+	st, _ := whole["status"].(map[string]any)
+	hash, err := statusHash(st)
+	if err != nil {
+		return 0, fmt.Errorf("status: %w", err)
+	}
+	key := writtenKey{kind: fmt.Sprintf("%T", obj), namespace: obj.GetNamespace(), name: obj.GetName(), part: "status"}
+	if written.holds(key, hash, before.GetResourceVersion()) {
+		// This status is written already; the cache shows an older one.
+		return again, nil
+	}
 	recordConditionEvents(rec, obj, before.GetConditions(), obj.GetConditions())
 	patch := client.MergeFrom(before)
 	data, err := patch.Data(obj)
@@ -119,8 +133,12 @@ func patchStatus[T statusObject](ctx context.Context, c client.Client, rec event
 	if string(data) == "{}" {
 		return again, nil
 	}
-	if err := c.Status().Patch(ctx, obj, patch); err != nil && !apierrors.IsNotFound(err) {
+	switch err := c.Status().Patch(ctx, obj, patch); {
+	case apierrors.IsNotFound(err):
+	case err != nil:
 		return 0, fmt.Errorf("patch status: %w", err)
+	default:
+		written.wrote(key, hash, obj.GetResourceVersion())
 	}
 	return again, nil
 }
