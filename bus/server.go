@@ -142,7 +142,13 @@ type workspace struct {
 	limiter *limits.Limiter
 	// capacity bounds the workspace's requests past authentication.
 	capacity capacity
+	// opened is what building it took, logged when it is first served.
+	opened openTimes
 }
+
+// openTimes are the parts of a workspace's build: its policy compiled,
+// its stream and buckets opened, its records rebuilt from the topic.
+type openTimes struct{ policy, store, rebuild time.Duration }
 
 func init() { gin.SetMode(gin.ReleaseMode) }
 
@@ -232,10 +238,12 @@ func (s *Server) build(ctx context.Context, cfg *config.Workspace) (ws *workspac
 		}
 		return ws, false, nil
 	}
+	started := time.Now()
 	engine, err := policy.New(ctx, cfg)
 	if err != nil {
 		return nil, false, fmt.Errorf("workspace %q: %w", cfg.ID, err)
 	}
+	compiled := time.Now()
 	sw, err := s.openStore(ctx, cfg)
 	if err != nil {
 		return nil, false, store.Unavailable(err)
@@ -265,15 +273,17 @@ func (s *Server) build(ctx context.Context, cfg *config.Workspace) (ws *workspac
 		SoleWriter:     s.opts.SoleWriter,
 		TopicRetention: s.opts.TopicRetention,
 	})}
+	opened := time.Now()
 	// A crash may have left published messages without their records:
 	// they are rebuilt from the topic before the first publish.
-	started := time.Now()
 	rec, err := ws.core.Recover(ctx)
 	if err != nil {
 		return nil, false, fmt.Errorf("workspace %q: rebuilding records from the topic: %w", cfg.ID, store.Unavailable(err))
 	}
+	rebuilt := time.Now()
+	ws.opened = openTimes{policy: compiled.Sub(started), store: opened.Sub(compiled), rebuild: rebuilt.Sub(opened)}
 	if rec.Messages > 0 {
-		s.log.Info("checked the records of the topic's latest messages", "workspace", cfg.ID, "read_since", rec.From, "messages", rec.Messages, "took", time.Since(started).Round(time.Millisecond).String())
+		s.log.Info("checked the records of the topic's latest messages", "workspace", cfg.ID, "read_since", rec.From, "messages", rec.Messages, "records", rec.Records, "took", ws.opened.rebuild.Round(time.Millisecond).String())
 	}
 	if rec.Rebuilt > 0 || rec.Marked > 0 {
 		s.log.Warn("rebuilt records a crash had lost", "workspace", cfg.ID, "read_since", rec.From, "messages", rec.Messages, "rebuilt", rec.Rebuilt, "marked", rec.Marked)
@@ -307,7 +317,8 @@ func (s *Server) swapIn(ws *workspace, cfg *config.Workspace, added bool) {
 	}
 	next[cfg.ID] = ws
 	s.workspaces.Store(&next)
-	s.log.Info("serving workspace", "workspace", cfg.ID, "connections", len(cfg.Connections))
+	s.log.Info("serving workspace", "workspace", cfg.ID, "connections", len(cfg.Connections),
+		"policy", ws.opened.policy.Round(time.Millisecond).String(), "store", ws.opened.store.Round(time.Millisecond).String(), "rebuild", ws.opened.rebuild.Round(time.Millisecond).String())
 }
 
 // Config returns the configuration a workspace is served with.

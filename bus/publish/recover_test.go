@@ -204,3 +204,62 @@ func TestRecoverSkipsWhatTheBusDidNotWrite(t *testing.T) {
 		t.Fatalf("recovery %+v; want 3 messages read, 2 skipped", rec)
 	}
 }
+
+// TestRecoverAsksTheTopicBeforeWhatItRead: a snapshot's record that names
+// a head older than the topic the recovery read is proved or disproved by
+// asking the topic, as when nothing is read ahead; one that names a head
+// within it is decided from what was read. Either way the retry is 200
+// duplicate.
+func TestRecoverAsksTheTopicBeforeWhatItRead(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	want(t, e.publish(snap{story: "s1", seq: 1}.json()), http.StatusAccepted, "") // stream sequence 1
+	want(t, e.publish(snap{story: "s1", seq: 2}.json()), http.StatusAccepted, "") // 2
+	want(t, e.publish(snap{story: "s2", seq: 1}.json()), http.StatusAccepted, "") // 3
+	want(t, e.publish(snap{story: "s3", seq: 1}.json()), http.StatusAccepted, "") // 4
+	// Stamped well past the one-second window and its second of margin.
+	time.Sleep(3500 * time.Millisecond)
+	x, y := uuid.NewString(), uuid.NewString()
+	xBody, yBody := snap{id: x, story: "s1", seq: 3}.json(), snap{id: y, story: "s2", seq: 2}.json()
+	want(t, e.publish(xBody), http.StatusAccepted, "") // 5, after head 2
+	want(t, e.publish(yBody), http.StatusAccepted, "") // 6, after head 3
+	want(t, e.publish(snap{story: "s1", seq: 4}.json()), http.StatusAccepted, "")
+	want(t, e.publish(snap{story: "s2", seq: 3}.json()), http.StatusAccepted, "")
+	e.core.Wait()
+	// A crash lost x's last rewrite: its record names head 1, and the
+	// snapshot of sequence 2 came between.
+	entry, err := e.ws.Records.Get(ctx, store.EncodeToken(x))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r map[string]any
+	if err := json.Unmarshal(entry.Value(), &r); err != nil {
+		t.Fatal(err)
+	}
+	if r["e"] != float64(2) {
+		t.Fatalf("x's record %s; want it to name head 2", entry.Value())
+	}
+	r["e"] = 1
+	old, _ := json.Marshal(r)
+	if _, err := e.ws.Records.Put(ctx, store.EncodeToken(x), old); err != nil {
+		t.Fatal(err)
+	}
+	e.restart()
+	ws := *e.ws
+	ws.RecordsLossWindow = time.Second
+	rec, err := publish.New(&ws, e.st.JS, publish.Options{}).Recover(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Messages != 4 || rec.Marked != 1 || rec.Rebuilt != 0 {
+		t.Fatalf("recovery %+v; want 4 messages read, x's record marked", rec)
+	}
+	e.clock.Advance(publish.Lease + 1e9)
+	want(t, e.publish(xBody), http.StatusOK, "")
+	want(t, e.publish(yBody), http.StatusOK, "")
+	for _, id := range []string{x, y} {
+		if n := e.streamCount(id); n != 1 {
+			t.Errorf("the topic holds %d copies of %s; want 1", n, id)
+		}
+	}
+}

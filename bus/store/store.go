@@ -233,6 +233,9 @@ type Workspace struct {
 	Stream jetstream.Stream
 	// Records is the idempotency record bucket.
 	Records jetstream.KeyValue
+	// RecordsStream is the stream behind Records, which a start reads
+	// in order to rebuild the records a crash lost (publish.Core.Recover).
+	RecordsStream jetstream.Stream
 	// StreamLeader and RecordsLeader read the topic and the records from
 	// their streams' leaders, which Stream and Records, reading with
 	// direct gets, may be behind: to confirm a compare-and-swap that
@@ -301,12 +304,12 @@ func (s *Store) OpenWorkspace(ctx context.Context, workspace string, window, ret
 	if err != nil {
 		return nil, fmt.Errorf("topic stream of %s: %w", workspace, err)
 	}
-	kv, lossWindow, err := s.openRecords(ctx, workspace, window, o.durableRecords)
+	kv, recordsStream, lossWindow, err := s.openRecords(ctx, workspace, window, o.durableRecords)
 	if err != nil {
 		return nil, fmt.Errorf("records bucket of %s: %w", workspace, err)
 	}
 	return &Workspace{
-		ID: workspace, Stream: stream, Records: kv, RecordsLossWindow: lossWindow,
+		ID: workspace, Stream: stream, Records: kv, RecordsStream: recordsStream, RecordsLossWindow: lossWindow,
 		StreamLeader: NewLeader(s.JS, StreamName(workspace)), RecordsLeader: NewKVLeader(s.JS, RecordsBucket(workspace)),
 		Watch: s.Watch,
 	}, nil
@@ -318,12 +321,12 @@ func (s *Store) OpenWorkspace(ctx context.Context, workspace string, window, ret
 // synchronous durable write on its path (the message's), not two. A
 // bucket keeps the persistence it was created with, which the store
 // cannot change; the window it reports says which it has.
-func (s *Store) openRecords(ctx context.Context, workspace string, window time.Duration, durable bool) (jetstream.KeyValue, time.Duration, error) {
+func (s *Store) openRecords(ctx context.Context, workspace string, window time.Duration, durable bool) (jetstream.KeyValue, jetstream.Stream, time.Duration, error) {
 	cfg := recordsStreamConfig(workspace, window, s.replicas)
 	if s.recordsLossWindow > 0 && !durable {
 		cfg.PersistMode = jetstream.AsyncPersistMode
 	}
-	_, err := CreateOrUpdate(ctx, func(ctx context.Context) (jetstream.Stream, error) {
+	stream, err := CreateOrUpdate(ctx, func(ctx context.Context) (jetstream.Stream, error) {
 		existing, err := s.JS.Stream(ctx, cfg.Name)
 		switch {
 		case errors.Is(err, jetstream.ErrStreamNotFound):
@@ -335,16 +338,16 @@ func (s *Store) openRecords(ctx context.Context, workspace string, window time.D
 		return s.JS.UpdateStream(ctx, cfg)
 	})
 	if err != nil {
-		return nil, 0, err
+		return nil, nil, 0, err
 	}
 	kv, err := s.JS.KeyValue(ctx, RecordsBucket(workspace))
 	if err != nil {
-		return nil, 0, err
+		return nil, nil, 0, err
 	}
 	if cfg.PersistMode != jetstream.AsyncPersistMode || s.cleanStart {
-		return kv, 0, nil
+		return kv, stream, 0, nil
 	}
-	return kv, s.recordsLossWindow, nil
+	return kv, stream, s.recordsLossWindow, nil
 }
 
 // recordsStreamConfig is the stream behind a records bucket: a key-value

@@ -320,6 +320,10 @@ func Serve(ctx context.Context, o ServeOptions, cfgs []*config.Workspace, log *s
 	})
 }
 
+// processStarted is when the process started, near enough (its packages'
+// initialisation): the bus logs how long it took to serve.
+var processStarted = time.Now()
+
 // poolSyncTimeout bounds how long a pool replica waits for the pool's
 // current workspaces before it listens.
 const poolSyncTimeout = time.Minute
@@ -443,7 +447,7 @@ func serveHTTP(ctx context.Context, o ServeOptions, cfgs []*config.Workspace, sr
 	}()
 	go func() { errc <- ops.Serve(opsLn) }()
 	build := buildinfo.Get()
-	log.Info("storybus bus serving", "version", build.Version, "commit", build.Commit, "goVersion", build.GoVersion, "api", apiLn.Addr().String(), "ops", opsLn.Addr().String(), "tls", tlsConfig != nil, "embedded", o.NATSURL == "", "soleWriter", srv.SoleWriter(), "sync", o.Sync)
+	log.Info("storybus bus serving", "sinceProcessStart", time.Since(processStarted).Round(time.Millisecond).String(), "version", build.Version, "commit", build.Commit, "goVersion", build.GoVersion, "api", apiLn.Addr().String(), "ops", opsLn.Addr().String(), "tls", tlsConfig != nil, "embedded", o.NATSURL == "", "soleWriter", srv.SoleWriter(), "sync", o.Sync)
 	if ready != nil {
 		ready(apiLn.Addr(), opsLn.Addr())
 	}
