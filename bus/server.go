@@ -283,7 +283,7 @@ func (s *Server) build(ctx context.Context, cfg *config.Workspace) (ws *workspac
 	rebuilt := time.Now()
 	ws.opened = openTimes{policy: compiled.Sub(started), store: opened.Sub(compiled), rebuild: rebuilt.Sub(opened)}
 	if rec.Messages > 0 {
-		s.log.Info("checked the records of the topic's latest messages", "workspace", cfg.ID, "read_since", rec.From, "messages", rec.Messages, "records", rec.Records, "took", ws.opened.rebuild.Round(time.Millisecond).String())
+		s.log.Info("checked the records of the topic's latest messages", "workspace", cfg.ID, "read_since", rec.From, "messages", rec.Messages, "records", rec.Records, "records_took", rec.RecordsTook.Round(time.Millisecond).String(), "read_alone", rec.Alone, "took", ws.opened.rebuild.Round(time.Millisecond).String())
 	}
 	if rec.Rebuilt > 0 || rec.Marked > 0 {
 		s.log.Warn("rebuilt records a crash had lost", "workspace", cfg.ID, "read_since", rec.From, "messages", rec.Messages, "rebuilt", rec.Rebuilt, "marked", rec.Marked)

@@ -21,8 +21,12 @@ type Recovery struct {
 	// Messages is how many topic messages were read.
 	Messages int
 	// Records is how many records were read ahead of them, from the
-	// records bucket's stream.
-	Records int
+	// records bucket's stream, in RecordsTook.
+	Records     int
+	RecordsTook time.Duration
+	// Alone is how many messages needed a read of their own: a record
+	// not read ahead, or a snapshot's story before the topic read.
+	Alone int
 	// Rebuilt is how many of them had no record, and have one now.
 	Rebuilt int
 	// Marked is how many had a record still `recorded` that is now marked
@@ -85,11 +89,12 @@ func (c *Core) Recover(ctx context.Context) (Recovery, error) {
 	// long the topic.
 	from := topic.State.LastTime.Add(-window - time.Second)
 	rec := Recovery{From: from}
+	started := time.Now()
 	known, err := c.latestRecords(ctx, from.Add(-recordsLead))
 	if err != nil {
 		return rec, fmt.Errorf("read the records: %w", err)
 	}
-	rec.Records = len(known)
+	rec.Records, rec.RecordsTook = len(known), time.Since(started)
 	seen := &subjectsSeen{last: map[string]uint64{}}
 	err = c.scan(ctx, c.ws.Stream, "storybus: rebuilding records at start", from, topic.State.LastSeq, true, func(m jetstream.Msg, seq uint64) error {
 		rec.Messages++
@@ -242,6 +247,7 @@ func (c *Core) recoverMessage(ctx context.Context, m jetstream.Msg, seq uint64, 
 	if k, ok := known[key]; ok {
 		value, revision, found = k.value, k.revision, true
 	} else {
+		rec.Alone++
 		entry, err := c.getRecord(ctx, key)
 		if err != nil {
 			return err
@@ -260,7 +266,7 @@ func (c *Core) recoverMessage(ctx context.Context, m jetstream.Msg, seq uint64, 
 			// head the publication followed. A crash can have lost the
 			// rewrite that named the head it was last published after;
 			// then the record, as it is, would not prove it.
-			proved, err := c.recordProves(ctx, r.After, m.Subject(), seq, seen)
+			proved, err := c.recordProves(ctx, r.After, m.Subject(), seq, seen, rec)
 			if err != nil || proved {
 				return err
 			}
@@ -319,13 +325,14 @@ func (c *Core) recoverMessage(ctx context.Context, m jetstream.Msg, seq uint64, 
 // by walking the story, which needs no rewrite either. What the recovery
 // has read of the topic answers when it reaches back to after; otherwise
 // the topic is asked.
-func (c *Core) recordProves(ctx context.Context, after *uint64, subject string, seq uint64, seen *subjectsSeen) (bool, error) {
+func (c *Core) recordProves(ctx context.Context, after *uint64, subject string, seq uint64, seen *subjectsSeen, rec *Recovery) (bool, error) {
 	if after == nil {
 		return true, nil
 	}
 	if first, known := seen.firstAfter(subject, *after, seq); known {
 		return first, nil
 	}
+	rec.Alone++
 	first, err := c.firstAfter(ctx, subject, *after)
 	if err != nil || first == nil {
 		return false, err

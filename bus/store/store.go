@@ -350,15 +350,20 @@ func (s *Store) openRecords(ctx context.Context, workspace string, window time.D
 	return kv, stream, s.recordsLossWindow, nil
 }
 
+// RecordsDuplicateWindow is the records bucket's duplicate window, the
+// shortest nats-server accepts. No record is written with a Nats-Msg-Id,
+// so the window never drops anything; but a starting nats-server reads
+// back every message of each stream's window to rebuild it, and with
+// nats.go's default of 2 minutes that is every record written in the 2
+// minutes before a crash: most of the embedded store's start after one.
+const RecordsDuplicateWindow = 100 * time.Millisecond
+
 // recordsStreamConfig is the stream behind a records bucket: a key-value
 // bucket as nats.go makes one (history 1, TTL the idempotency window), so
-// that it is read and written through jetstream.KeyValue.
+// that it is read and written through jetstream.KeyValue, but for its
+// duplicate window (RecordsDuplicateWindow).
 func recordsStreamConfig(workspace string, window time.Duration, replicas int) jetstream.StreamConfig {
 	bucket := RecordsBucket(workspace)
-	duplicates := 2 * time.Minute
-	if window > 0 && window < duplicates {
-		duplicates = window
-	}
 	return jetstream.StreamConfig{
 		Name:              "KV_" + bucket,
 		Description:       "storybus idempotency records of workspace " + workspace,
@@ -373,7 +378,7 @@ func recordsStreamConfig(workspace string, window time.Duration, replicas int) j
 		Replicas:          replicas,
 		AllowRollup:       true,
 		DenyDelete:        true,
-		Duplicates:        duplicates,
+		Duplicates:        RecordsDuplicateWindow,
 		AllowDirect:       true,
 		Discard:           jetstream.DiscardNew,
 	}

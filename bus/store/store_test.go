@@ -149,3 +149,36 @@ func TestDataDirIsLocked(t *testing.T) {
 	}
 	again.Close()
 }
+
+// TestRecordsBucketsKeepTheShortestDuplicateWindow: a records bucket has
+// the shortest duplicate window, which a starting nats-server reads back
+// (no record carries a Nats-Msg-Id for it to drop), and one created with
+// nats.go's 2 minutes by an earlier bus is given it when opened.
+func TestRecordsBucketsKeepTheShortestDuplicateWindow(t *testing.T) {
+	ns, err := store.StartEmbedded(store.EmbeddedOptions{DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	ctx := context.Background()
+	st, err := store.Connect(store.Options{Embedded: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	if _, err := st.JS.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: store.RecordsBucket("older"), History: 1, TTL: 7 * 24 * time.Hour, Storage: jetstream.FileStorage}); err != nil {
+		t.Fatal(err)
+	}
+	for _, ws := range []string{"fresh", "older"} {
+		if _, err := st.OpenWorkspace(ctx, ws, 7*24*time.Hour, 0); err != nil {
+			t.Fatal(err)
+		}
+		s, err := st.JS.Stream(ctx, "KV_"+store.RecordsBucket(ws))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := s.CachedInfo().Config.Duplicates; d != store.RecordsDuplicateWindow {
+			t.Errorf("records bucket of %s: duplicate window %v; want %v", ws, d, store.RecordsDuplicateWindow)
+		}
+	}
+}

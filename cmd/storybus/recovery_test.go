@@ -229,7 +229,7 @@ type recoveryFigures struct {
 
 func (f recoveryFigures) String() string {
 	ms := func(d time.Duration) string { return d.Round(time.Millisecond).String() }
-	return fmt.Sprintf("kill → ready %s, → first 2xx %s (→ exec %s, → ops port answering %s); start: process %s, nats-server and stream recovery %s, policy compile %s, stream and buckets %s, records rebuilt %s (%s messages read), to listening %s; load average %s before, %s after",
+	return fmt.Sprintf("kill → ready %s, → first 2xx %s (→ exec %s, → ops port answering %s); start: process %s, nats-server and stream recovery %s, policy compile %s, stream and buckets %s, records rebuilt %s (%s), to listening %s; load average %s before, %s after",
 		ms(f.ready), ms(f.firstSuccess), ms(f.exec), ms(f.listening), ms(f.processStart), ms(f.nats), ms(f.policy), ms(f.open), ms(f.rebuild), f.messagesRead, ms(f.listen), f.loadBefore, f.loadAfter)
 }
 
@@ -271,7 +271,7 @@ func (r *recoveryRun) killAndRestart() recoveryFigures {
 	fig.messagesRead = "0"
 	for _, l := range lines {
 		if l["msg"] == "checked the records of the topic's latest messages" {
-			fig.messagesRead = fmt.Sprint(l["messages"])
+			fig.messagesRead = fmt.Sprintf("%v messages and %v records read, the records in %v, %v read alone", l["messages"], l["records"], l["records_took"], l["read_alone"])
 		}
 	}
 	return fig
