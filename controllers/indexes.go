@@ -3,6 +3,8 @@ package controllers
 import (
 	"context"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -24,6 +26,12 @@ const (
 	// indexExternalWorkspace indexes Tenants on external storage by their
 	// workspace id, which names their streams and buckets on the cluster.
 	indexExternalWorkspace = "externalWorkspaceID"
+	// indexPodTenant indexes the operator's pods by the Tenant they serve
+	// (their LabelTenant): the readiness controller reads a Tenant's bus
+	// pods every second while they load a configuration, and a label
+	// selector scans every pod of the namespace (at 500 Tenants a tenth
+	// of the operator's CPU).
+	indexPodTenant = "podTenant"
 )
 
 func addIndexes(ctx context.Context, fi client.FieldIndexer) error {
@@ -52,6 +60,14 @@ func addIndexes(ctx context.Context, fi client.FieldIndexer) error {
 		return err
 	}
 	if err := fi.IndexField(ctx, &v1alpha1.Tenant{}, indexTLSSecretName, indexTLSSecret); err != nil {
+		return err
+	}
+	if err := fi.IndexField(ctx, &corev1.Pod{}, indexPodTenant, func(o client.Object) []string {
+		if o.GetLabels()[LabelManagedBy] != FieldManager || o.GetLabels()[LabelTenant] == "" {
+			return nil
+		}
+		return []string{o.GetLabels()[LabelTenant]}
+	}); err != nil {
 		return err
 	}
 	return fi.IndexField(ctx, &v1alpha1.Grant{}, indexConnectionRef, func(o client.Object) []string {

@@ -120,7 +120,7 @@ func (r *TenantReadinessReconciler) observe(ctx context.Context, t *v1alpha1.Ten
 		return nil
 	}
 	var pods corev1.PodList
-	if err := r.List(ctx, &pods, client.InNamespace(t.Namespace), client.MatchingLabels{LabelTenant: t.Name, LabelManagedBy: FieldManager}); err != nil {
+	if err := r.List(ctx, &pods, client.InNamespace(t.Namespace), client.MatchingFields{indexPodTenant: t.Name}); err != nil {
 		return fmt.Errorf("list bus pods: %w", err)
 	}
 	prober := r.Prober

@@ -71,7 +71,7 @@ func TestCredentialsPending(t *testing.T) {
 		want  time.Duration
 	}{
 		{"every Secret there", []v1alpha1.Connection{conn("old", time.Hour), conn("made", time.Second)}, 0},
-		{"a new Connection without its Secret", []v1alpha1.Connection{conn("made", time.Second), conn("new", 4 * time.Second)}, credentialsWait - 4*time.Second},
+		{"a new Connection without its Secret", []v1alpha1.Connection{conn("made", time.Second), conn("new", 4*time.Second)}, credentialsWait - 4*time.Second},
 		{"an old Connection without its Secret", []v1alpha1.Connection{conn("gone", time.Minute)}, 0},
 		{"a new Connection that fails", []v1alpha1.Connection{conn("new", time.Second, failing)}, 0},
 	} {

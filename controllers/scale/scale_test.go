@@ -160,8 +160,7 @@ func TestOperatorAtScale(t *testing.T) {
 		"--metrics-bind-address", metricsAddr, "--metrics-secure=false", "--health-probe-bind-address", probeAddr, "--log-level", "error",
 		"--sync-period", sync.String()}
 	// STORYBUS_SCALE_PPROF=host:port serves the operator's profiles there;
-	// STORYBUS_SCALE_MEMORY_LIMIT its --memory-limit;
-// STORYBUS_SCALE_PROFILE=dir takes its CPU profiles while it converges
+	// STORYBUS_SCALE_PROFILE=dir takes its CPU profiles while it converges
 	// and its heap once all are Ready, into dir.
 	pprofAddr, profileDir := os.Getenv("STORYBUS_SCALE_PPROF"), os.Getenv("STORYBUS_SCALE_PROFILE")
 	if pprofAddr == "" && profileDir != "" {
