@@ -208,26 +208,69 @@ func (p *Pool) Serve(ctx context.Context, replica string, target Target, log *sl
 			if !ok {
 				return fmt.Errorf("pool %s's watch ended", p.Name)
 			}
-			if e == nil {
-				// The current values have all been delivered.
-				if synced != nil {
-					synced()
-					synced = nil
+			batch, end, closed := latest(e, w.Updates())
+			for _, e := range batch {
+				// A newer document, or the workspace's removal, replaces
+				// one waiting to be applied again.
+				delete(again, e.Key())
+				if p.handle(ctx, replica, target, e, log) {
+					again[e.Key()] = e
+					if retry == nil {
+						wait = firstRetryWait
+						retry = time.After(wait)
+					}
 				}
-				continue
 			}
-			// A newer document, or the workspace's removal, replaces one
-			// waiting to be applied again.
-			delete(again, e.Key())
-			if p.handle(ctx, replica, target, e, log) {
-				again[e.Key()] = e
-				if retry == nil {
-					wait = firstRetryWait
-					retry = time.After(wait)
-				}
+			if end && synced != nil {
+				// The current values have all been delivered.
+				synced()
+				synced = nil
+			}
+			if closed {
+				return fmt.Errorf("pool %s's watch ended", p.Name)
 			}
 		}
 	}
+}
+
+// maxGathered bounds the changes latest takes at once.
+const maxGathered = 1024
+
+// latest returns, of e and the changes already waiting behind it in
+// updates (at most maxGathered), the last of each workspace, in the order
+// their workspaces first came: a replica busy applying documents, as when
+// hundreds of Tenants are placed at once and each is compiled again as
+// its Connections' Secrets arrive, then applies each workspace's newest
+// document once, not every one it was sent meanwhile (each a few round
+// trips to the cluster). It stops at the end of the current values (a nil
+// entry), reported by end, and at the end of the watch, reported by
+// closed.
+func latest(e jetstream.KeyValueEntry, updates <-chan jetstream.KeyValueEntry) (batch []jetstream.KeyValueEntry, end, closed bool) {
+	if e == nil {
+		return nil, true, false
+	}
+	at := map[string]int{e.Key(): 0}
+	batch = []jetstream.KeyValueEntry{e}
+	for n := 1; n < maxGathered; n++ {
+		select {
+		case next, ok := <-updates:
+			switch {
+			case !ok:
+				return batch, false, true
+			case next == nil:
+				return batch, true, false
+			}
+			if i, seen := at[next.Key()]; seen {
+				batch[i] = next
+				continue
+			}
+			at[next.Key()] = len(batch)
+			batch = append(batch, next)
+		default:
+			return batch, false, false
+		}
+	}
+	return batch, false, false
 }
 
 // handle applies one change of the pool and reports what it did in the
