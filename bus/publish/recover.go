@@ -3,6 +3,7 @@ package publish
 import (
 	"context"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -120,9 +121,15 @@ type knownRecord struct {
 	revision uint64
 }
 
-// latestRecords reads the records bucket's stream from since to its end:
-// each key's latest record (the bucket keeps one a key). Delete and purge
-// markers are left out, so that such a key is read on its own.
+// recordsAhead bounds the records a recovery holds in memory, about 50
+// MB: with a long --sync-interval and a fast topic the window can hold
+// more. Past it, the messages left have their records read on their own.
+var recordsAhead = 200_000
+
+// latestRecords reads the records bucket's stream from since to its end,
+// or its first recordsAhead records: each key's latest record (the bucket
+// keeps one a key). Delete and purge markers are left out, so that such a
+// key is read on its own.
 func (c *Core) latestRecords(ctx context.Context, since time.Time) (map[string]knownRecord, error) {
 	known := map[string]knownRecord{}
 	if c.ws.RecordsStream == nil {
@@ -142,10 +149,19 @@ func (c *Core) latestRecords(ctx context.Context, since time.Time) (map[string]k
 			return nil
 		}
 		known[key] = knownRecord{value: m.Data(), revision: seq}
+		if len(known) >= recordsAhead {
+			return errEnough
+		}
 		return nil
 	})
+	if errors.Is(err, errEnough) {
+		err = nil
+	}
 	return known, err
 }
+
+// errEnough stops a scan that has read all it needs.
+var errEnough = errors.New("read enough")
 
 // scan reads stream from the server timestamp from to its sequence last
 // (or its end, if messages were removed meanwhile), calling each with

@@ -263,3 +263,32 @@ func TestRecoverAsksTheTopicBeforeWhatItRead(t *testing.T) {
 		}
 	}
 }
+
+// TestRecoverPastTheRecordsItHolds: past the records a recovery holds in
+// memory, the messages left have their records read on their own, and a
+// record lost among them is rebuilt all the same.
+func TestRecoverPastTheRecordsItHolds(t *testing.T) {
+	defer publish.SetRecordsAhead(1)()
+	e := newEnv(t)
+	var bodies [][]byte
+	var last string
+	for i := range 4 {
+		last = uuid.NewString()
+		body := snap{id: last, story: "s", seq: int64(i + 1)}.json()
+		if i == 3 {
+			body = event(last, "s")
+		}
+		want(t, e.publish(body), http.StatusAccepted, "")
+		bodies = append(bodies, body)
+	}
+	e.core.Wait()
+	e.loseRecord(last)
+	e.restart()
+	rec := e.recover()
+	if rec.Records != 1 || rec.Messages != 4 || rec.Rebuilt != 1 || rec.Alone < 3 {
+		t.Fatalf("recovery %+v; want 1 record held, 4 messages read, 3 or more read alone, 1 rebuilt", rec)
+	}
+	for _, b := range bodies {
+		want(t, e.publish(b), http.StatusOK, "")
+	}
+}
