@@ -471,7 +471,7 @@ func do(hc *http.Client, req *http.Request, status int, out any) error {
 		return err
 	}
 	defer res.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(res.Body, 64<<10))
+	b, _ := io.ReadAll(io.LimitReader(res.Body, 16<<20))
 	if res.StatusCode != status {
 		return fmt.Errorf("HTTP %d: %s", res.StatusCode, bytes.TrimSpace(b))
 	}

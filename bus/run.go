@@ -174,6 +174,9 @@ func (s *Server) Drain() { s.draining.Store(true) }
 // the workspace's background writes (record marks, counters) are done.
 // Its stream and buckets stay in the store.
 func (s *Server) Remove(_ context.Context, id string) {
+	l := s.applyLock(id)
+	l.Lock()
+	defer l.Unlock()
 	s.mu.Lock()
 	current := *s.workspaces.Load()
 	ws, ok := current[id]

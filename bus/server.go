@@ -8,6 +8,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"net/http"
 	"net/netip"
@@ -100,14 +101,19 @@ type Options struct {
 
 // Server serves the publish API of one or more workspaces.
 type Server struct {
-	opts       Options
-	attempts   TokenAttempts
-	consumers  *store.Consumers
-	log        *slog.Logger
-	access     *slog.Logger
-	tracer     trace.Tracer // nil when tracing is off
-	metrics    *Metrics
-	mu         sync.Mutex // serialises Apply
+	opts      Options
+	attempts  TokenAttempts
+	consumers *store.Consumers
+	log       *slog.Logger
+	access    *slog.Logger
+	tracer    trace.Tracer // nil when tracing is off
+	metrics   *Metrics
+	// applying serialises Apply and Remove of one workspace, and of those
+	// whose ids fall on the same stripe, so that different workspaces are
+	// built at once (a pool replica opens its workspaces so at start).
+	applying [applyStripes]sync.Mutex
+	// mu serialises the replacements of the workspaces map.
+	mu         sync.Mutex
 	workspaces atomic.Pointer[map[string]*workspace]
 	// held counts the refusals holdRefusal is holding.
 	held atomic.Int64
@@ -210,8 +216,9 @@ func (s *Server) Apply(ctx context.Context, cfg *config.Workspace) error {
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("workspace %q: %w", cfg.ID, err)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	l := s.applyLock(cfg.ID)
+	l.Lock()
+	defer l.Unlock()
 	ws, added, err := s.build(ctx, cfg)
 	if err != nil {
 		return err
@@ -220,12 +227,22 @@ func (s *Server) Apply(ctx context.Context, cfg *config.Workspace) error {
 	return nil
 }
 
+// applyStripes is how many workspaces' Apply can run at once, at most.
+const applyStripes = 64
+
+// applyLock is the lock of workspace id's stripe of s.applying.
+func (s *Server) applyLock(id string) *sync.Mutex {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(id))
+	return &s.applying[h.Sum32()%applyStripes]
+}
+
 // build makes what cfg needs before it is served: for a workspace not yet
 // served, its store objects, policy engine and publish core, with the
 // records a crash lost rebuilt from the topic; for one already served, its
 // store objects and its policy compiled and put in force (policy.Update
-// swaps atomically, or leaves the old one). added says which. s.mu is
-// held.
+// swaps atomically, or leaves the old one). added says which. The
+// workspace's applyLock is held.
 func (s *Server) build(ctx context.Context, cfg *config.Workspace) (ws *workspace, added bool, err error) {
 	if ws, ok := (*s.workspaces.Load())[cfg.ID]; ok {
 		// The store first: should it fail, the policy and the configuration
@@ -303,13 +320,16 @@ func (s *Server) openStore(ctx context.Context, cfg *config.Workspace) (*store.W
 }
 
 // swapIn puts cfg in force for ws: its capacity and configuration, and, for
-// a workspace added, ws in the map requests find it in. s.mu is held.
+// a workspace added, ws in the map requests find it in. The workspace's
+// applyLock is held.
 func (s *Server) swapIn(ws *workspace, cfg *config.Workspace, added bool) {
 	ws.capacity.resize(cmp.Or(cfg.RequestConcurrency, s.opts.RequestConcurrency))
 	ws.cfg.Store(cfg)
 	if !added {
 		return
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	current := *s.workspaces.Load()
 	next := make(map[string]*workspace, len(current)+1)
 	for k, v := range current {

@@ -235,8 +235,14 @@ func (e *Engine) compile(ctx context.Context, tenant []config.PolicyModule) (*co
 }
 
 // compileModules compiles the bus's modules with the workspace's own, and
-// refuses workspace modules that break the sandbox (see checkSandbox).
+// refuses workspace modules that break the sandbox (see checkSandbox). A
+// workspace with no module of its own gets the bus's modules compiled
+// once for every such workspace: a compiler is only read once compiled,
+// and it is most of what an engine holds.
 func compileModules(tenant []config.PolicyModule) (*ast.Compiler, error) {
+	if len(tenant) == 0 {
+		return builtinCompiler()
+	}
 	compiler, err := compileRego(tenant)
 	if err != nil {
 		return nil, err
@@ -250,6 +256,9 @@ func compileModules(tenant []config.PolicyModule) (*ast.Compiler, error) {
 	}
 	return compiler, nil
 }
+
+// builtinCompiler is the bus's own modules compiled, once per process.
+var builtinCompiler = sync.OnceValues(func() (*ast.Compiler, error) { return compileRego(nil) })
 
 // compileRego parses and compiles the bus's modules with the workspace's
 // own, each of which must be package storybus.tenant.<name>.

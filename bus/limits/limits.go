@@ -152,15 +152,23 @@ func Open(ctx context.Context, js jetstream.JetStream, workspace string, o Optio
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	cfg := jetstream.KeyValueConfig{
+		Bucket:      BucketName(workspace),
+		Description: "storybus rate limit and daily quota counters of workspace " + workspace,
+		History:     1,
+		TTL:         7 * 24 * time.Hour,
+		Storage:     jetstream.FileStorage,
+		Replicas:    o.Replicas,
+	}
 	kv, err := store.CreateOrUpdate(ctx, func(ctx context.Context) (jetstream.KeyValue, error) {
-		return js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket:      BucketName(workspace),
-			Description: "storybus rate limit and daily quota counters of workspace " + workspace,
-			History:     1,
-			TTL:         7 * 24 * time.Hour,
-			Storage:     jetstream.FileStorage,
-			Replicas:    o.Replicas,
-		})
+		// A bucket that has these settings is only looked up: an update
+		// is a write, even to the same settings (store.OpenWorkspace).
+		if kv, err := js.KeyValue(ctx, cfg.Bucket); err == nil {
+			if st, err := kv.Status(ctx); err == nil && sameBucket(st, cfg) {
+				return kv, nil
+			}
+		}
+		return js.CreateOrUpdateKeyValue(ctx, cfg)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("limits bucket of %s: %w", workspace, err)
@@ -170,6 +178,17 @@ func Open(ctx context.Context, js jetstream.JetStream, workspace string, o Optio
 		clock: o.Clock, opTimeout: o.OpTimeout, lease: o.Lease, log: o.Logger, watch: o.Watch,
 		counters: map[string]*counter{},
 	}, nil
+}
+
+// sameBucket reports whether a bucket has the settings cfg gives it.
+func sameBucket(st jetstream.KeyValueStatus, cfg jetstream.KeyValueConfig) bool {
+	info, ok := st.(*jetstream.KeyValueBucketStatus)
+	if !ok {
+		return false
+	}
+	c := info.StreamInfo().Config
+	return c.Description == cfg.Description && st.History() == int64(cfg.History) && st.TTL() == cfg.TTL &&
+		c.Storage == cfg.Storage && max(c.Replicas, 1) == max(cfg.Replicas, 1)
 }
 
 // Admit checks a request of the connection against its limits: first the

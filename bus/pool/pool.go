@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -169,8 +170,17 @@ const (
 	maxRetryWait   = 30 * time.Second
 )
 
+// startConcurrency bounds the documents a replica applies at once while
+// it opens the pool's current set: each workspace's opening waits mostly
+// on the cluster's answers, and the set is applied in a fraction of the
+// time one at a time would take.
+const startConcurrency = 16
+
 // Serve keeps target serving the pool's workspaces until ctx ends:
-// every document in the pool, then every change, applied as it comes. A
+// every document in the pool, then every change, applied as it comes.
+// The documents the pool holds at the start, one per workspace, are
+// applied startConcurrency at a time; the changes after them one at a
+// time, in order. A
 // document that does not parse or apply is reported in the status bucket
 // under this replica's name and leaves the workspace as it was; the other
 // workspaces are not touched. One that failed in the store (a stream the
@@ -189,6 +199,16 @@ func (p *Pool) Serve(ctx context.Context, replica string, target Target, log *sl
 	again := map[string]jetstream.KeyValueEntry{}
 	var retry <-chan time.Time
 	wait := firstRetryWait
+	// opening applies the current set until the watch says it has all
+	// been delivered; it puts those to apply again in again.
+	opening := newStartBatch(startConcurrency)
+	defer func() {
+		// No document of the current set is still being applied when
+		// Serve returns, and is started again.
+		if opening != nil {
+			opening.wait()
+		}
+	}()
 	for {
 		select {
 		case <-ctx.Done():
@@ -210,6 +230,11 @@ func (p *Pool) Serve(ctx context.Context, replica string, target Target, log *sl
 			}
 			batch, end, closed := latest(e, w.Updates())
 			for _, e := range batch {
+				if opening != nil {
+					// The current set: no two entries are one workspace's.
+					opening.apply(func() bool { return p.handle(ctx, replica, target, e, log) }, e)
+					continue
+				}
 				// A newer document, or the workspace's removal, replaces
 				// one waiting to be applied again.
 				delete(again, e.Key())
@@ -219,6 +244,16 @@ func (p *Pool) Serve(ctx context.Context, replica string, target Target, log *sl
 						wait = firstRetryWait
 						retry = time.After(wait)
 					}
+				}
+			}
+			if end && opening != nil {
+				for _, e := range opening.wait() {
+					again[e.Key()] = e
+				}
+				opening = nil
+				if len(again) > 0 && retry == nil {
+					wait = firstRetryWait
+					retry = time.After(wait)
 				}
 			}
 			if end && synced != nil {
@@ -271,6 +306,39 @@ func latest(e jetstream.KeyValueEntry, updates <-chan jetstream.KeyValueEntry) (
 		}
 	}
 	return batch, false, false
+}
+
+// startBatch applies the pool's current documents, a bounded number at
+// once: the watch delivers each workspace's once, so no two of them are
+// the same workspace's.
+type startBatch struct {
+	slots chan struct{}
+	wg    sync.WaitGroup
+	mu    sync.Mutex
+	again []jetstream.KeyValueEntry
+}
+
+func newStartBatch(n int) *startBatch { return &startBatch{slots: make(chan struct{}, n)} }
+
+// apply runs handle, which reports whether e is to be applied again, once
+// a slot is free.
+func (b *startBatch) apply(handle func() bool, e jetstream.KeyValueEntry) {
+	b.slots <- struct{}{}
+	b.wg.Go(func() {
+		defer func() { <-b.slots }()
+		if handle() {
+			b.mu.Lock()
+			b.again = append(b.again, e)
+			b.mu.Unlock()
+		}
+	})
+}
+
+// wait waits for every document to be applied, and returns those to apply
+// again.
+func (b *startBatch) wait() []jetstream.KeyValueEntry {
+	b.wg.Wait()
+	return b.again
 }
 
 // handle applies one change of the pool and reports what it did in the

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"time"
 
@@ -299,7 +300,7 @@ func (s *Store) OpenWorkspace(ctx context.Context, workspace string, window, ret
 		AllowDirect: true,
 	}
 	stream, err := CreateOrUpdate(ctx, func(ctx context.Context) (jetstream.Stream, error) {
-		return s.JS.CreateOrUpdateStream(ctx, topic)
+		return openStream(ctx, s.JS, topic)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("topic stream of %s: %w", workspace, err)
@@ -335,6 +336,9 @@ func (s *Store) openRecords(ctx context.Context, workspace string, window time.D
 			return nil, err
 		}
 		cfg.PersistMode = existing.CachedInfo().Config.PersistMode
+		if sameStreamConfig(existing.CachedInfo().Config, cfg) {
+			return existing, nil
+		}
 		return s.JS.UpdateStream(ctx, cfg)
 	})
 	if err != nil {
@@ -357,6 +361,49 @@ func (s *Store) openRecords(ctx context.Context, workspace string, window time.D
 // nats.go's default of 2 minutes that is every record written in the 2
 // minutes before a crash: most of the embedded store's start after one.
 const RecordsDuplicateWindow = 100 * time.Millisecond
+
+// openStream opens stream cfg.Name: a stream that exists with cfg's
+// settings is only looked up, since an update, even to the same settings,
+// is a write the server persists (and on a cluster a proposal its peers
+// agree on), and a replica restarting over a thousand workspaces would
+// make thousands; a missing or different one is created or updated.
+func openStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
+	existing, err := js.Stream(ctx, cfg.Name)
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		return js.CreateOrUpdateStream(ctx, cfg)
+	case err != nil:
+		return nil, err
+	case sameStreamConfig(existing.CachedInfo().Config, cfg):
+		return existing, nil
+	}
+	return js.UpdateStream(ctx, cfg)
+}
+
+// sameStreamConfig reports whether a stream's settings, as the server
+// reports them, are those of want, the bus's: every setting the bus
+// makes, with the server's defaults for those it leaves unset (-1 for
+// "no limit", its two minutes for an unset duplicate window).
+func sameStreamConfig(have, want jetstream.StreamConfig) bool {
+	norm := func(v int64) int64 { return max(v, -1) }
+	unlimited := func(want int64) int64 {
+		if want == 0 {
+			return -1
+		}
+		return norm(want)
+	}
+	dups := want.Duplicates
+	if dups == 0 {
+		dups = 2 * time.Minute
+	}
+	return have.Description == want.Description && slices.Equal(have.Subjects, want.Subjects) &&
+		have.Retention == want.Retention && have.Discard == want.Discard && have.Storage == want.Storage &&
+		max(have.Replicas, 1) == max(want.Replicas, 1) && have.Duplicates == dups && have.MaxAge == want.MaxAge &&
+		have.AllowDirect == want.AllowDirect && have.AllowRollup == want.AllowRollup && have.DenyDelete == want.DenyDelete &&
+		norm(have.MaxMsgsPerSubject) == unlimited(want.MaxMsgsPerSubject) && norm(have.MaxBytes) == unlimited(want.MaxBytes) &&
+		int64(have.MaxMsgSize) == unlimited(int64(want.MaxMsgSize)) && norm(have.MaxMsgs) == unlimited(want.MaxMsgs) &&
+		int64(have.MaxConsumers) == unlimited(int64(want.MaxConsumers)) && have.PersistMode == want.PersistMode
+}
 
 // recordsStreamConfig is the stream behind a records bucket: a key-value
 // bucket as nats.go makes one (history 1, TTL the idempotency window), so

@@ -324,9 +324,14 @@ func Serve(ctx context.Context, o ServeOptions, cfgs []*config.Workspace, log *s
 // initialisation): the bus logs how long it took to serve.
 var processStarted = time.Now()
 
-// poolSyncTimeout bounds how long a pool replica waits for the pool's
-// current workspaces before it listens.
-const poolSyncTimeout = time.Minute
+// A pool replica waits for the pool's current workspaces before it
+// listens: at most poolSyncTimeout, and poolSyncPerWorkspace more for each
+// workspace the pool holds, so that a large pool on a slow cluster is not
+// given up on (and started again from nothing) while it progresses.
+const (
+	poolSyncTimeout      = time.Minute
+	poolSyncPerWorkspace = 100 * time.Millisecond
+)
 
 // servePool starts serving the workspaces of pool o.Pool as they are put
 // there, and returns once those the pool holds now are applied.
@@ -342,6 +347,10 @@ func servePool(ctx context.Context, o ServeOptions, srv *bus.Server, log *slog.L
 	p, err := pool.Open(ctx, srv.Store().JS, o.Pool, o.Replicas)
 	if err != nil {
 		return err
+	}
+	syncTimeout := poolSyncTimeout
+	if st, err := p.Documents.Status(ctx); err == nil {
+		syncTimeout += time.Duration(st.Values()) * poolSyncPerWorkspace
 	}
 	synced := make(chan struct{})
 	go func() {
@@ -367,8 +376,8 @@ func servePool(ctx context.Context, o ServeOptions, srv *bus.Server, log *slog.L
 		return nil
 	case <-ctx.Done():
 		return nil
-	case <-time.After(poolSyncTimeout):
-		return fmt.Errorf("pool %s: its workspaces did not arrive within %s", o.Pool, poolSyncTimeout)
+	case <-time.After(syncTimeout):
+		return fmt.Errorf("pool %s: its workspaces did not arrive within %s", o.Pool, syncTimeout)
 	}
 }
 
