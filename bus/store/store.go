@@ -344,7 +344,11 @@ func (s *Store) openRecords(ctx context.Context, workspace string, window time.D
 	if err != nil {
 		return nil, nil, 0, err
 	}
-	kv, err := s.JS.KeyValue(ctx, RecordsBucket(workspace))
+	// Another bus may have created the bucket a moment ago, before the
+	// server asked here knew of it.
+	kv, err := CreateOrUpdate(ctx, func(ctx context.Context) (jetstream.KeyValue, error) {
+		return s.JS.KeyValue(ctx, RecordsBucket(workspace))
+	})
 	if err != nil {
 		return nil, nil, 0, err
 	}
