@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"regexp"
 	"strings"
@@ -326,12 +327,22 @@ func metricsOptions(o OperatorOptions) metricsserver.Options {
 // RunOperator runs the operator's manager against the cluster of cfg until
 // ctx ends.
 func RunOperator(ctx context.Context, o OperatorOptions, cfg *rest.Config, log logr.Logger) error {
+	// A refused flag returns before the process-wide loggers are touched:
+	// they outlive this call, and a caller's logger must not be left
+	// behind in them by a run that never started.
+	limit, err := applyMemoryLimit(o.MemoryLimit)
+	if err != nil {
+		return usageError{err}
+	}
+	if log.GetSink() == nil {
+		// logr.Discard has no sink, and a slog handler made from it panics
+		// on its first record; discard through slog instead.
+		log = logr.FromSlogHandler(slog.DiscardHandler)
+	}
 	log = logr.FromSlogHandler(quietStop{Handler: logr.ToSlogHandler(log), stopping: ctx.Done()})
 	ctrl.SetLogger(log)
 	klog.SetLogger(log)
-	if limit, err := applyMemoryLimit(o.MemoryLimit); err != nil {
-		return usageError{err}
-	} else if limit > 0 {
+	if limit > 0 {
 		log.Info("Go memory limit set", "bytes", limit, "from", "--memory-limit")
 	}
 	scheme, err := controllers.NewScheme()
