@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/storybus/storybus/bus/limits"
-	"github.com/storybus/storybus/bus/store"
 	"github.com/storybus/storybus/rules"
 )
 
@@ -68,14 +67,14 @@ func (s *Server) countAccepted(r *request) {
 // openLimiter opens the workspace's limits bucket, replicated like its
 // topic, when the workspace is applied: rate limits, quotas and token
 // attempts are counted from its first request on.
-func (s *Server) openLimiter(ctx context.Context, sw *store.Workspace) (*limits.Limiter, error) {
-	return limits.Open(ctx, s.opts.Store.JS, sw.ID, limits.Options{
+func (s *Server) openLimiter(ctx context.Context, workspace string) (*limits.Limiter, error) {
+	return limits.Open(ctx, s.opts.Store.JS, workspace, limits.Options{
 		Clock:    s.opts.Clock,
-		Replicas: sw.Stream.CachedInfo().Config.Replicas,
+		Replicas: s.opts.Store.Replicas(),
 		// A slot outlives its request, with a minute for the clocks of
 		// replicas to differ.
 		Lease:  s.opts.RequestTimeout + time.Minute,
 		Logger: s.log,
-		Watch:  sw.Watch,
+		Watch:  s.opts.Store.Watch,
 	})
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/sync/errgroup"
 
 	config "github.com/storybus/storybus/api/config/v1alpha1"
 	"github.com/storybus/storybus/bus/auth"
@@ -261,8 +262,25 @@ func (s *Server) build(ctx context.Context, cfg *config.Workspace) (ws *workspac
 		return nil, false, fmt.Errorf("workspace %q: %w", cfg.ID, err)
 	}
 	compiled := time.Now()
-	sw, err := s.openStore(ctx, cfg)
-	if err != nil {
+	// The limits bucket too, at the same time as the topic and records:
+	// rate limits, quotas and token attempts are counted from the first
+	// request on.
+	var (
+		sw      *store.Workspace
+		limiter *limits.Limiter
+	)
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() (err error) {
+		sw, err = s.openStore(gctx, cfg)
+		return err
+	})
+	g.Go(func() (err error) {
+		if limiter, err = s.openLimiter(gctx, cfg.ID); err != nil {
+			return fmt.Errorf("workspace %q: %w", cfg.ID, err)
+		}
+		return nil
+	})
+	if err := g.Wait(); err != nil {
 		return nil, false, store.Unavailable(err)
 	}
 	// Published messages carry the request's trace context for their
@@ -274,12 +292,6 @@ func (s *Server) build(ctx context.Context, cfg *config.Workspace) (ws *workspac
 	pub = store.TracePublisher(pub, s.opts.TracerProvider)
 	if s.opts.TracerProvider != nil {
 		sw = sw.Traced(s.opts.TracerProvider)
-	}
-	// The limits bucket too: rate limits, quotas and token attempts are
-	// counted from the first request on.
-	limiter, err := s.openLimiter(ctx, sw)
-	if err != nil {
-		return nil, false, fmt.Errorf("workspace %q: %w", cfg.ID, store.Unavailable(err))
 	}
 	ws = &workspace{id: cfg.ID, policy: engine, limiter: limiter, core: publish.New(sw, s.opts.Store.JS, publish.Options{
 		StoreClock:     s.opts.StoreClock,

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sync/errgroup"
 )
 
 // RecordsSyncInterval is the embedded store's periodic fsync under
@@ -255,6 +256,10 @@ type Workspace struct {
 	RecordsLossWindow time.Duration
 }
 
+// Replicas returns how many copies the store keeps of each stream and
+// bucket it creates.
+func (s *Store) Replicas() int { return s.replicas }
+
 // StreamName returns the name of a workspace's topic stream.
 func StreamName(workspace string) string { return "som-" + workspace }
 
@@ -299,15 +304,34 @@ func (s *Store) OpenWorkspace(ctx context.Context, workspace string, window, ret
 		MaxAge:      retention,
 		AllowDirect: true,
 	}
-	stream, err := CreateOrUpdate(ctx, func(ctx context.Context) (jetstream.Stream, error) {
-		return openStream(ctx, s.JS, topic)
+	// The topic and the records are opened at once: on a cluster each new
+	// stream is a proposal the meta leader and the stream's peers agree
+	// on, and a workspace new to a pool's replica waited for one after
+	// the other.
+	var (
+		stream, recordsStream jetstream.Stream
+		kv                    jetstream.KeyValue
+		lossWindow            time.Duration
+	)
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() (err error) {
+		stream, err = CreateOrUpdate(gctx, func(ctx context.Context) (jetstream.Stream, error) {
+			return openStream(ctx, s.JS, topic)
+		})
+		if err != nil {
+			return fmt.Errorf("topic stream of %s: %w", workspace, err)
+		}
+		return nil
 	})
-	if err != nil {
-		return nil, fmt.Errorf("topic stream of %s: %w", workspace, err)
-	}
-	kv, recordsStream, lossWindow, err := s.openRecords(ctx, workspace, window, o.durableRecords)
-	if err != nil {
-		return nil, fmt.Errorf("records bucket of %s: %w", workspace, err)
+	g.Go(func() (err error) {
+		kv, recordsStream, lossWindow, err = s.openRecords(gctx, workspace, window, o.durableRecords)
+		if err != nil {
+			return fmt.Errorf("records bucket of %s: %w", workspace, err)
+		}
+		return nil
+	})
+	if err := g.Wait(); err != nil {
+		return nil, err
 	}
 	return &Workspace{
 		ID: workspace, Stream: stream, Records: kv, RecordsStream: recordsStream, RecordsLossWindow: lossWindow,
