@@ -41,8 +41,20 @@ const clusterReadyWithin = time.Minute
 
 // startCluster starts o.Cluster nats-server processes of o.NATSServer,
 // fsyncing as o.Sync says, and returns once every node is healthy and
-// JetStream answers.
-func startCluster(ctx context.Context, o Options) (_ *localCluster, err error) {
+// JetStream answers. Their ports are picked free just before: a node that
+// finds one taken by then has the cluster started again on other ports.
+func startCluster(ctx context.Context, o Options) (*localCluster, error) {
+	const attempts = 3
+	for attempt := 1; ; attempt++ {
+		c, err := startClusterOnce(ctx, o)
+		if err == nil || attempt == attempts || !strings.Contains(err.Error(), "address already in use") {
+			return c, err
+		}
+	}
+}
+
+// startClusterOnce is one attempt of startCluster.
+func startClusterOnce(ctx context.Context, o Options) (_ *localCluster, err error) {
 	bin, err := exec.LookPath(o.NATSServer)
 	if err != nil {
 		return nil, fmt.Errorf("nats-server: %w (give its path with --nats-server)", err)

@@ -77,37 +77,110 @@ func SyncAlways(i int) ClusterOption {
 
 // StartCluster starts n clustered JetStream servers of the nats-server
 // binary bin, named n0, n1 and so on, and returns once JetStream answers
-// with a meta leader.
+// with a meta leader. The ports are picked free just before; a node that
+// finds one of its ports taken by then (another process bound it in
+// between) has the whole cluster started again on fresh ports.
 func StartCluster(t testing.TB, bin string, n int, opts ...ClusterOption) *Cluster {
 	t.Helper()
 	c := &Cluster{t: t, bin: bin}
-	var routes []string
-	for i := range n {
-		node := &clusterNode{name: fmt.Sprintf("n%d", i), dir: t.TempDir(),
-			client: testutil.FreeAddr(t), route: testutil.FreeAddr(t), monitor: testutil.FreeAddr(t)}
-		routes = append(routes, "nats://"+node.route)
-		c.nodes = append(c.nodes, node)
-	}
-	for _, opt := range opts {
-		opt(c)
-	}
-	for i, node := range c.nodes {
-		node.routes = strings.Join(routes, ",")
-		c.start(i)
-	}
 	t.Cleanup(func() {
-		for _, node := range c.nodes {
-			if node.cmd != nil {
-				_ = node.cmd.Process.Kill()
-				<-node.done
-			}
-			if t.Failed() && os.Getenv("STORYBUS_TEST_LOGS") != "" {
+		c.kill()
+		if t.Failed() && os.Getenv("STORYBUS_TEST_LOGS") != "" {
+			for _, node := range c.nodes {
 				t.Logf("nats-server %s:\n%s", node.name, node.logs.String())
 			}
 		}
 	})
+	const attempts = 3
+	for attempt := 1; ; attempt++ {
+		c.nodes = newNodes(t, n)
+		for _, opt := range opts {
+			opt(c)
+		}
+		for i := range c.nodes {
+			c.start(i)
+		}
+		err := c.waitStarted(60 * time.Second)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, errPortTaken) || attempt == attempts {
+			t.Fatal(err)
+		}
+		t.Logf("nats cluster, attempt %d of %d: %v; starting it again on other ports", attempt, attempts, err)
+		c.kill()
+	}
 	c.WaitReady(60 * time.Second)
 	return c
+}
+
+// pickAddr picks the nodes' ports; a test makes it pick a taken one.
+var pickAddr = freeAddr
+
+// freeAddr is testutil.FreeAddr.
+var freeAddr = testutil.FreeAddr
+
+// newNodes are n nodes with their own directories and free ports, each
+// routing to every other.
+func newNodes(t testing.TB, n int) []*clusterNode {
+	nodes := make([]*clusterNode, 0, n)
+	var routes []string
+	for i := range n {
+		node := &clusterNode{name: fmt.Sprintf("n%d", i), dir: t.TempDir(),
+			client: pickAddr(t), route: pickAddr(t), monitor: pickAddr(t)}
+		routes = append(routes, "nats://"+node.route)
+		nodes = append(nodes, node)
+	}
+	for _, node := range nodes {
+		node.routes = strings.Join(routes, ",")
+	}
+	return nodes
+}
+
+// kill kills every running node and waits until it has exited.
+func (c *Cluster) kill() {
+	for _, node := range c.nodes {
+		if node.cmd != nil {
+			_ = node.cmd.Process.Kill()
+			<-node.done
+			node.cmd = nil
+		}
+	}
+}
+
+// errPortTaken is a node's exit because one of its ports was taken.
+var errPortTaken = errors.New("a port was taken")
+
+// waitStarted waits until every node answers /healthz, and says whether
+// one that exited meanwhile found a port taken.
+func (c *Cluster) waitStarted(within time.Duration) error {
+	deadline := time.Now().Add(within)
+	hc := &http.Client{Timeout: 2 * time.Second}
+	for _, node := range c.nodes {
+		for {
+			select {
+			case <-node.done:
+				logs := node.logs.String()
+				if strings.Contains(logs, "address already in use") {
+					return fmt.Errorf("nats-server %s: %w:\n%s", node.name, errPortTaken, logs)
+				}
+				return fmt.Errorf("nats-server %s exited:\n%s", node.name, logs)
+			default:
+			}
+			res, err := hc.Get("http://" + node.monitor + "/healthz")
+			if err == nil {
+				res.Body.Close()
+				if res.StatusCode == http.StatusOK {
+					break
+				}
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("nats-server %s not healthy after %s: %v", node.name, within, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return nil
 }
 
 func (c *Cluster) start(i int) {
