@@ -238,6 +238,46 @@ func checkOperatorConfined(t *testing.T, ctx context.Context, admin client.Clien
 	}
 	refused("a BusPool's HTTPRoute to a Tenant's bus Service", op.Create(ctx, poolRoute("decoy-pool-other", "decoy-bus")))
 
+	// A pooled Tenant's own route sends its path to its pool's Service,
+	// in the pool's namespace; nothing else of another namespace.
+	tenantRoute := func(name, backend, backendNS string) *unstructured.Unstructured {
+		ref := map[string]any{"name": backend, "port": int64(8080)}
+		if backendNS != "" {
+			ref["namespace"] = backendNS
+		}
+		return &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+			"metadata": map[string]any{"namespace": team, "name": name, "labels": map[string]any{"app.kubernetes.io/managed-by": "storybus-operator"},
+				"ownerReferences": []any{map[string]any{"apiVersion": v1alpha1.GroupVersion.String(), "kind": "Tenant", "name": tenant.Name, "uid": string(tenant.UID), "controller": true}}},
+			"spec": map[string]any{"rules": []any{map[string]any{
+				"matches":     []any{map[string]any{"path": map[string]any{"type": "PathPrefix", "value": "/v1/tenants/decoy/"}}},
+				"backendRefs": []any{ref},
+			}}},
+		}}
+	}
+	if err := op.Create(ctx, tenantRoute("decoy-bus", "shared-pool", "pools")); err != nil {
+		t.Errorf("a pooled Tenant's HTTPRoute to its pool's Service: %v", err)
+	}
+	refused("a Tenant's HTTPRoute to another namespace's Service", op.Create(ctx, tenantRoute("decoy-bus-2", "database", "payments")))
+	// The pool's ReferenceGrant lets HTTPRoutes reach its Service alone.
+	grant := func(name, service, fromKind string) *unstructured.Unstructured {
+		m := poolOwned(name)
+		return &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "gateway.networking.k8s.io/v1", "kind": "ReferenceGrant",
+			"metadata": map[string]any{"namespace": team, "name": name, "labels": map[string]any{"app.kubernetes.io/managed-by": "storybus-operator"},
+				"ownerReferences": []any{map[string]any{"apiVersion": v1alpha1.GroupVersion.String(), "kind": "BusPool", "name": m.OwnerReferences[0].Name, "uid": string(m.OwnerReferences[0].UID), "controller": true}}},
+			"spec": map[string]any{
+				"from": []any{map[string]any{"group": "gateway.networking.k8s.io", "kind": fromKind, "namespace": "newsroom"}},
+				"to":   []any{map[string]any{"group": "", "kind": "Service", "name": service}},
+			},
+		}}
+	}
+	if err := op.Create(ctx, grant("decoy-pool-ws-decoy", "decoy-pool", "HTTPRoute")); err != nil {
+		t.Errorf("a pool's ReferenceGrant to its Service: %v", err)
+	}
+	refused("a pool's ReferenceGrant to another Service", op.Create(ctx, grant("decoy-pool-ws-db", "database", "HTTPRoute")))
+	refused("a pool's ReferenceGrant to Gateways' TLS", op.Create(ctx, grant("decoy-pool-ws-tls", "decoy-pool", "Gateway")))
+
 	// Another team's Secret, ConfigMap, NetworkPolicy and HTTPRoute.
 	sec := foreignSecret.DeepCopy()
 	sec.Data["password"] = []byte("stolen")

@@ -32,6 +32,18 @@ type busFront struct {
 	owner                    *metav1ac.OwnerReferenceApplyConfiguration
 	// pathPrefix is what the route and the Ingress send to the pods.
 	pathPrefix string
+	// backend is the publish Service the route and the Ingress send to,
+	// when it is not the front's own (name): a pooled Tenant's route sends
+	// to its pool's Service, in backendNamespace when that is another.
+	backend, backendNamespace string
+}
+
+// backendName is the publish Service the route and the Ingress send to.
+func (f busFront) backendName() string {
+	if f.backend != "" {
+		return f.backend
+	}
+	return f.name
 }
 
 // controllerRef is the controlling owner reference to an object of
@@ -97,9 +109,7 @@ func (f busFront) httpRoute(parents []v1alpha1.GatewayParentRef, hostnames []str
 		WithRules(gatewayv1ac.HTTPRouteRule().
 			WithMatches(gatewayv1ac.HTTPRouteMatch().WithPath(gatewayv1ac.HTTPPathMatch().
 				WithType(gatewayv1.PathMatchPathPrefix).WithValue(f.pathPrefix))).
-			WithBackendRefs(gatewayv1ac.HTTPBackendRef().
-				WithName(gatewayv1.ObjectName(f.name)).
-				WithPort(HTTPPort)))
+			WithBackendRefs(f.httpBackendRef()))
 	for _, h := range hostnames {
 		spec = spec.WithHostnames(gatewayv1.Hostname(h))
 	}
@@ -107,6 +117,15 @@ func (f busFront) httpRoute(parents []v1alpha1.GatewayParentRef, hostnames []str
 		WithLabels(f.labels).
 		WithOwnerReferences(f.owner).
 		WithSpec(spec)
+}
+
+// httpBackendRef is the route's reference to the publish Service.
+func (f busFront) httpBackendRef() *gatewayv1ac.HTTPBackendRefApplyConfiguration {
+	ref := gatewayv1ac.HTTPBackendRef().WithName(gatewayv1.ObjectName(f.backendName())).WithPort(HTTPPort)
+	if f.backendNamespace != "" {
+		ref = ref.WithNamespace(gatewayv1.Namespace(f.backendNamespace))
+	}
+	return ref
 }
 
 // ingress sends pathPrefix on in's host to the publish Service, with TLS
@@ -121,7 +140,7 @@ func (f busFront) ingress(in *v1alpha1.IngressExpose, tlsSecret string) *network
 					WithPathType(networkingv1.PathTypePrefix).
 					WithBackend(networkingv1ac.IngressBackend().
 						WithService(networkingv1ac.IngressServiceBackend().
-							WithName(f.name).
+							WithName(f.backendName()).
 							WithPort(networkingv1ac.ServiceBackendPort().WithNumber(HTTPPort)))))))
 	if in.ClassName != "" {
 		spec = spec.WithIngressClassName(in.ClassName)

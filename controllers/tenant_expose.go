@@ -33,12 +33,17 @@ var httpRouteKind = schema.GroupKind{Group: gatewayv1.GroupName, Kind: "HTTPRout
 // gatewayAPIInstalled reports whether the cluster serves HTTPRoute in
 // gateway.networking.k8s.io/v1: its CRDs are optional.
 func gatewayAPIInstalled(m meta.RESTMapper) (bool, error) {
-	_, err := m.RESTMapping(httpRouteKind, gatewayv1.GroupVersion.Version)
+	return kindServed(m, httpRouteKind, gatewayv1.GroupVersion.Version)
+}
+
+// kindServed reports whether the cluster serves kind gk in version.
+func kindServed(m meta.RESTMapper, gk schema.GroupKind, version string) (bool, error) {
+	_, err := m.RESTMapping(gk, version)
 	switch {
 	case meta.IsNoMatchError(err):
 		return false, nil
 	case err != nil:
-		return false, fmt.Errorf("look up %s: %w", httpRouteKind, err)
+		return false, fmt.Errorf("look up %s: %w", gk, err)
 	}
 	return true, nil
 }
@@ -54,6 +59,9 @@ type exposeObservation struct {
 	// cache has them).
 	route   *gatewayv1.HTTPRoute
 	ingress *networkingv1.Ingress
+	// ingressName names the Ingress when it is not named like the bus: a
+	// pooled Tenant's is in its pool's namespace.
+	ingressName string
 }
 
 // +kubebuilder:rbac:groups=gateway.networking.k8s.io,resources=httproutes,verbs=get;list;watch;create;patch;delete
@@ -179,7 +187,7 @@ func exposedCondition(t *v1alpha1.Tenant, o *exposeObservation) metav1.Condition
 			}
 		}
 		return cond(v1alpha1.ConditionExposed, metav1.ConditionFalse, v1alpha1.ReasonIngressPending,
-			"Ingress %s has no load-balancer address yet: is an ingress controller serving its class?", busName(t))
+			"Ingress %s has no load-balancer address yet: is an ingress controller serving its class?", cmp.Or(o.ingressName, busName(t)))
 	}
 	switch {
 	case o.gatewayAPIMissing:

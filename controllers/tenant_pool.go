@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -26,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	config "github.com/storybus/storybus/api/config/v1alpha1"
 	"github.com/storybus/storybus/api/v1alpha1"
@@ -56,6 +58,11 @@ type TenantPoolReconciler struct {
 	// Pools holds the connections to the pools' clusters.
 	Pools *poolClients
 	Options
+
+	// referenceGrants is true when the cluster served ReferenceGrant at
+	// setup: a pooled Tenant's HTTPRoute in another namespace than its
+	// pool's then gets one (tenant_pool_expose.go).
+	referenceGrants bool
 }
 
 // poolStatus is the part of a Tenant's status the pool controller owns
@@ -163,6 +170,7 @@ func (r *TenantPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		r.admit,
 		r.claim,
 		r.place,
+		r.front,
 	)
 	if errors.Is(err, errPhasesDone) {
 		err = nil
@@ -615,6 +623,9 @@ func (r *TenantPoolReconciler) leave(ctx context.Context, t *v1alpha1.Tenant, pl
 	if err := pc.pool.Delete(dctx, t.EffectiveWorkspaceID()); err != nil {
 		return err
 	}
+	if err := r.deleteFront(ctx, p, t); err != nil {
+		return err
+	}
 	r.Recorder.Eventf(t, nil, corev1.EventTypeNormal, "PoolLeft", "Update",
 		"workspace %s removed from BusPool %s/%s; its stream and buckets stay on the pool's cluster", t.EffectiveWorkspaceID(), pl.Namespace, pl.Name)
 	t.Status.Pool = nil
@@ -651,6 +662,9 @@ func (r *TenantPoolReconciler) finalize(ctx context.Context, t *v1alpha1.Tenant)
 	dctx, cancel := context.WithTimeout(ctx, externalDataTimeout)
 	defer cancel()
 	if err := pc.pool.Delete(dctx, ws); err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.deleteFront(ctx, p, t); err != nil {
 		return ctrl.Result{}, err
 	}
 	if serving := r.stillServing(ctx, p, pc, ws); len(serving) > 0 && time.Since(t.DeletionTimestamp.Time) < poolLeaveTimeout {
@@ -730,6 +744,10 @@ func (r *TenantPoolReconciler) removeFinalizer(ctx context.Context, t *v1alpha1.
 // workspace on the pool, the namespaces' labels, and every change the
 // pool's replicas report in the status bucket.
 func (r *TenantPoolReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	var err error
+	if r.referenceGrants, err = referenceGrantsServed(mgr.GetRESTMapper()); err != nil {
+		return err
+	}
 	hasPoolLabel := builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetLabels()[LabelPool] != "" }))
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named("tenant-pool").
@@ -746,6 +764,11 @@ func (r *TenantPoolReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		WatchesRawSource(source.Channel(r.Pools.tenantEvents, handler.TypedEnqueueRequestsFromMapFunc(func(ctx context.Context, ev poolEvent) []reconcile.Request {
 			return r.tenantsOf(ctx, ev.pool, ev.workspace)
 		})))
+	// What a Tenant's own spec.expose has in its pool's namespace.
+	b = b.Watches(&networkingv1.Ingress{}, handler.EnqueueRequestsFromMapFunc(tenantOfPoolObject))
+	if r.referenceGrants {
+		b = b.Watches(&gatewayv1.ReferenceGrant{}, handler.EnqueueRequestsFromMapFunc(tenantOfPoolObject))
+	}
 	if len(r.WatchNamespaces) == 0 {
 		// A pool's selector admits namespaces by their labels. An operator
 		// confined to namespaces cannot watch them: it reads a namespace's

@@ -346,14 +346,6 @@ func TestPoolPlacementIsExplained(t *testing.T) {
 		return func(tn *v1alpha1.Tenant) { tn.Spec.Pool = &v1alpha1.PoolReference{Name: name, Namespace: poolNS} }
 	}
 
-	// A pooled Tenant is served over TLS and exposed by its pool.
-	err := k8s.Create(context.Background(), newTenant(other, "exposed", onPool("same"), func(tn *v1alpha1.Tenant) {
-		tn.Spec.Expose = &v1alpha1.TenantExpose{Ingress: &v1alpha1.IngressExpose{Host: "brand.example.com"}}
-	}))
-	if err == nil || !strings.Contains(err.Error(), "a pooled Tenant is served over TLS and exposed by its pool") {
-		t.Errorf("a pooled Tenant with its own spec.expose: %v, want refused by the API server", err)
-	}
-
 	create(t, newTenant(other, "missing", onPool("nowhere")))
 	tn := &v1alpha1.Tenant{}
 	waitCondition(t, other, "missing", tn, tenantGen, v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonPoolNotFound)

@@ -15,7 +15,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
-	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/storybus/storybus/api/v1alpha1"
 )
@@ -28,49 +27,67 @@ import (
 // reconcilePooled is the workload controller's part for a Tenant placed on
 // a pool: the pool's replicas serve it, so the Tenant's own bus, if it had
 // one, goes (its StatefulSet, Services, PodDisruptionBudget,
-// NetworkPolicy and routes; its volumes stay, and serve it again if it
-// comes back to a bus of its own), and its externalEndpoint is the pool's
-// with the workspace's path. The conditions that describe a bus of its own
-// are removed.
+// NetworkPolicy and Ingress; its volumes stay, and serve it again if it
+// comes back to a bus of its own). Its own spec.expose sends its path to
+// the pool (tenant_pool_expose.go), and its externalEndpoint is that
+// route's, or the pool's, with the workspace's path. The conditions that
+// describe a bus of its own are removed.
 func (r *TenantWorkloadReconciler) reconcilePooled(ctx context.Context, t *v1alpha1.Tenant) (_ ctrl.Result, err error) {
 	before := t.DeepCopy()
 	defer func() {
 		err = errors.Join(err, workloadStatus.write(ctx, r.Client, r.Recorder, t, before))
 	}()
-	for _, typ := range []string{v1alpha1.ConditionCertificateReady, v1alpha1.ConditionVolumeExpansion, v1alpha1.ConditionExposed, v1alpha1.ConditionMonitored} {
+	for _, typ := range []string{v1alpha1.ConditionCertificateReady, v1alpha1.ConditionVolumeExpansion, v1alpha1.ConditionMonitored} {
 		meta.RemoveStatusCondition(&t.Status.Conditions, typ)
 	}
 	if c := meta.FindStatusCondition(t.Status.Conditions, v1alpha1.ConditionAvailable); c != nil && isConflict(*c) {
 		meta.RemoveStatusCondition(&t.Status.Conditions, v1alpha1.ConditionAvailable)
 	}
-	ext, err := r.pooledExternalEndpoint(ctx, t)
+	p, err := r.poolOf(ctx, t)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	t.Status.ExternalEndpoint = ext
-	return ctrl.Result{}, r.stopOwnBus(ctx, t)
+	if err := r.stopOwnBus(ctx, t); err != nil {
+		return ctrl.Result{}, err
+	}
+	o, err := r.reconcilePooledExpose(ctx, t, p)
+	applyExposeStatus(t, o)
+	t.Status.ExternalEndpoint = pooledExternalEndpoint(t, p)
+	return ctrl.Result{}, err
 }
 
-// pooledExternalEndpoint is the pool's external base URL with the
-// workspace's path; "" when the pool is not exposed or not there.
-func (r *TenantWorkloadReconciler) pooledExternalEndpoint(ctx context.Context, t *v1alpha1.Tenant) (string, error) {
+// poolOf is the BusPool t names; nil when it is not there.
+func (r *TenantWorkloadReconciler) poolOf(ctx context.Context, t *v1alpha1.Tenant) (*v1alpha1.BusPool, error) {
 	ns, name, _ := t.PoolKey()
 	p := &v1alpha1.BusPool{}
 	switch err := r.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, p); {
 	case apierrors.IsNotFound(err):
-		return "", nil
+		return nil, nil
 	case err != nil:
-		return "", fmt.Errorf("get buspool %s/%s: %w", ns, name, err)
+		return nil, fmt.Errorf("get buspool %s/%s: %w", ns, name, err)
 	}
-	base := poolExternalEndpoint(p)
+	return p, nil
+}
+
+// pooledExternalEndpoint is the external base URL of a pooled Tenant's
+// own route, or else of its pool's, with the workspace's path; "" when
+// neither is exposed or the pool is not there.
+func pooledExternalEndpoint(t *v1alpha1.Tenant, p *v1alpha1.BusPool) string {
+	if p == nil {
+		return ""
+	}
+	base := externalEndpoint(t)
+	if t.Spec.Expose == nil {
+		base = poolExternalEndpoint(p)
+	}
 	if base == "" {
-		return "", nil
+		return ""
 	}
-	return base + "/v1/tenants/" + t.EffectiveWorkspaceID(), nil
+	return base + "/v1/tenants/" + t.EffectiveWorkspaceID()
 }
 
 // stopOwnBus deletes the objects of a bus of the Tenant's own that it
-// controls. The StatefulSet's volume claims are kept whatever the deletion
+// controls, but its HTTPRoute, which reconcilePooledExpose keeps or deletes. The StatefulSet's volume claims are kept whatever the deletion
 // policy: the policy applies when the Tenant is deleted.
 func (r *TenantWorkloadReconciler) stopOwnBus(ctx context.Context, t *v1alpha1.Tenant) error {
 	sts := &appsv1.StatefulSet{}
@@ -101,12 +118,6 @@ func (r *TenantWorkloadReconciler) stopOwnBus(ctx context.Context, t *v1alpha1.T
 		{&policyv1.PodDisruptionBudget{}, busName(t)},
 		{&networkingv1.NetworkPolicy{}, busName(t)},
 		{&networkingv1.Ingress{}, busName(t)},
-	}
-	if r.gatewayAPI {
-		objects = append(objects, struct {
-			obj  client.Object
-			name string
-		}{&gatewayv1.HTTPRoute{}, busName(t)})
 	}
 	for _, o := range objects {
 		err := r.Get(ctx, types.NamespacedName{Namespace: t.Namespace, Name: o.name}, o.obj)

@@ -294,6 +294,8 @@ func (r *TenantWorkloadReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&policyv1.PodDisruptionBudget{}, generation).
 		Owns(&networkingv1.NetworkPolicy{}, generation).
 		Owns(&networkingv1.Ingress{}).
+		// A pooled Tenant's Ingress is in its pool's namespace.
+		Watches(&networkingv1.Ingress{}, handler.EnqueueRequestsFromMapFunc(tenantOfPoolObject)).
 		Watches(&v1alpha1.Tenant{}, handler.EnqueueRequestsFromMapFunc(r.sameWorkspaceTenants), builder.WithPredicates(tenantPlacementChanged)).
 		Watches(&corev1.PersistentVolumeClaim{}, handler.EnqueueRequestsFromMapFunc(claimToTenant)).
 		Watches(&v1alpha1.BusPool{}, handler.EnqueueRequestsFromMapFunc(r.tenantsOfPoolSpec), builder.WithPredicates(specChanged)).

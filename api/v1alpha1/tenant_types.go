@@ -31,7 +31,7 @@ const (
 //
 // +kubebuilder:validation:XValidation:rule="has(self.workspaceID) == has(oldSelf.workspaceID)",message="workspaceID is immutable: it can be neither set nor removed after creation"
 // +kubebuilder:validation:XValidation:rule="!has(self.storage) || !has(self.storage.embedded) || !has(self.replicas) || self.replicas <= 1",message="embedded storage serves one replica; use storage.external to run more"
-// +kubebuilder:validation:XValidation:rule="!has(self.pool) || (!has(self.tls) && !has(self.expose))",message="a pooled Tenant is served over TLS and exposed by its pool (the BusPool's spec.tls and spec.expose): remove spec.tls and spec.expose, or spec.pool"
+// +kubebuilder:validation:XValidation:rule="!has(self.pool) || !has(self.tls)",message="a pooled Tenant is served over TLS with its pool's key pair (the BusPool's spec.tls): remove spec.tls, or spec.pool"
 type TenantSpec struct {
 	// WorkspaceID is the workspace id: the {t} of every route, the audience
 	// of its tokens, and part of its stream and bucket names. Default: the
@@ -132,7 +132,9 @@ type TenantSpec struct {
 	Template *TenantTemplate `json:"template,omitempty"`
 
 	// Expose makes the bus reachable from outside the cluster through a
-	// Gateway API HTTPRoute or an Ingress for its path prefix.
+	// Gateway API HTTPRoute or an Ingress for its path prefix. On a pool,
+	// the route sends that prefix to the pool's Service; the Ingress is
+	// then in the pool's namespace (docs/pools.md).
 	// +optional
 	Expose *TenantExpose `json:"expose,omitempty"`
 
@@ -155,11 +157,13 @@ type TenantSpec struct {
 	// Pool places the workspace on a BusPool instead of a bus of its own:
 	// the pool's replicas serve it, and the Tenant gets no StatefulSet,
 	// volume or Service. Replicas, image, resources, storage, template,
-	// networkPolicy, monitoring and trustedProxies are then the pool's;
-	// everything else (Connections, Grants, OwnershipPolicies, limits,
-	// firewall, policies, capacity, sandbox, deletionPolicy) means what it
-	// means on a bus of its own. Moving between a pool and a bus of its
-	// own does not move the workspace's stream (docs/pools.md).
+	// networkPolicy, monitoring, trustedProxies and TLS (its key pair) are
+	// then the pool's; everything else (Connections, Grants,
+	// OwnershipPolicies, limits, firewall, policies, capacity, sandbox,
+	// deletionPolicy, expose: the workspace's path on its own host names,
+	// sent to the pool) means what it means on a bus of its own. Moving
+	// between a pool and a bus of its own does not move the workspace's
+	// stream (docs/pools.md).
 	// +optional
 	Pool *PoolReference `json:"pool,omitempty"`
 }
