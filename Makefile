@@ -221,14 +221,26 @@ bench: ## Benchmark publishing through the bus against HTTP relay and raw JetStr
 	$(GO) run ./cmd/storybus bench --sync always
 	$(GO) run ./cmd/storybus bench --sync interval
 
+# The nats-server that go.mod requires, for the benchmarks on local
+# clusters (the build cache makes it cheap after the first time).
+.PHONY: nats-server
+nats-server:
+	$(GO) build -o $(BIN)/nats-server github.com/nats-io/nats-server/v2
+
 .PHONY: bench-cluster
-bench-cluster: ## Benchmark the bus against the HTTP relays on three local nats-server processes (R3), 16 producers across 10 workspaces.
+bench-cluster: nats-server ## Benchmark the bus against the HTTP relays on three local nats-server processes (R3), 16 producers across 10 workspaces.
 	$(GO) run ./cmd/storybus bench --cluster 3 --nats-server $(BIN)/nats-server --workspaces 10 --producers 16 \
 		--sync interval --phases bus,relay,relay-two-write --rounds 5 --duration 8s
 
 .PHONY: bench-density
 bench-density: ## Benchmark a pool replica's memory per idle workspace and its start at 100, 500 and 1,000 workspaces of 10 connections.
 	$(GO) run ./cmd/storybus bench density --workspaces 100,500,1000 --connections 10
+
+# DENSITY_WORKSPACES are bench-density-cluster's levels.
+DENSITY_WORKSPACES ?= 100,500,1000
+.PHONY: bench-density-cluster
+bench-density-cluster: nats-server ## The same on three local nats-server processes, every stream and bucket with three replicas, as a pool's cluster.
+	$(GO) run ./cmd/storybus bench density --cluster 3 --nats-server $(BIN)/nats-server --workspaces $(DENSITY_WORKSPACES) --connections 10
 
 .PHONY: bench-isolation
 bench-isolation: ## Benchmark a workspace's p99 alone and while another is flooded (a deadline-tripping module, 10x its rate limit).

@@ -43,6 +43,14 @@ type DensityOptions struct {
 	// DataDir is where the stores' temporary directories are made; empty
 	// is the system's temporary directory.
 	DataDir string
+	// Cluster, when above 0, stores each level on that many nats-server
+	// processes of NATSServer clustered with JetStream on loopback, every
+	// stream and bucket with min(Cluster, 3) replicas, as a pool's
+	// cluster does; 0 embeds one JetStream node in the benchmark.
+	Cluster int
+	// NATSServer is the nats-server binary Cluster starts: a path, or a
+	// name looked up in PATH.
+	NATSServer string
 	// Settle is how long the replica idles, after a garbage collection,
 	// before its memory is read.
 	Settle time.Duration
@@ -60,7 +68,8 @@ type DensityOptions struct {
 
 // DefaultDensityOptions are `storybus bench density`'s defaults.
 func DefaultDensityOptions() DensityOptions {
-	return DensityOptions{Workspaces: []int{100, 500, 1000}, Connections: 10, Settle: 5 * time.Second, Timeout: 10 * time.Minute}
+	return DensityOptions{Workspaces: []int{100, 500, 1000}, Connections: 10, Settle: 5 * time.Second, Timeout: 10 * time.Minute,
+		NATSServer: "nats-server"}
 }
 
 // Validate reports options RunDensity cannot run with.
@@ -77,6 +86,9 @@ func (o DensityOptions) Validate() error {
 	if o.Connections < 1 {
 		errs = append(errs, errors.New("--connections must be at least 1"))
 	}
+	if o.Cluster < 0 || o.Cluster > 0 && o.NATSServer == "" {
+		errs = append(errs, errors.New("--cluster must not be negative, and needs --nats-server"))
+	}
 	if o.Settle < 0 || o.Timeout <= 0 {
 		errs = append(errs, errors.New("--settle must not be negative, --timeout must be positive"))
 	}
@@ -87,6 +99,11 @@ func (o DensityOptions) Validate() error {
 type DensityReport struct {
 	Machine     Machine `json:"machine"`
 	Connections int     `json:"connections"`
+	// Cluster is the nats-server processes of each level's store; 0 is
+	// one JetStream node embedded in the benchmark.
+	Cluster int `json:"cluster,omitempty"`
+	// Replicas of every stream and bucket.
+	Replicas int `json:"replicas"`
 	// Base is the replica serving an empty pool.
 	Base Memory `json:"base"`
 	// Levels are the workspace levels, in the order run.
@@ -136,7 +153,8 @@ const densityPool = "density"
 
 // RunDensity measures how a pool replica's memory and start time grow
 // with its workspaces. For each level it starts a NATS JetStream server
-// of its own (embedded in this process, one node), puts that many
+// of its own (embedded in this process, one node, or o.Cluster
+// nats-server processes), puts that many
 // workspace documents into a pool, and starts `storybus serve --pool` as
 // a process of its own, so that what is measured is the replica's alone.
 func RunDensity(ctx context.Context, o DensityOptions) (*DensityReport, error) {
@@ -150,7 +168,7 @@ func RunDensity(ctx context.Context, o DensityOptions) (*DensityReport, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	rep := &DensityReport{Machine: currentMachine(), Connections: o.Connections}
+	rep := &DensityReport{Machine: currentMachine(), Connections: o.Connections, Cluster: o.Cluster, Replicas: o.replicas()}
 	for i, n := range o.Workspaces {
 		lvl, base, err := o.level(ctx, n, i == 0)
 		if i == 0 {
@@ -182,25 +200,21 @@ func (o DensityOptions) level(ctx context.Context, n int, withBase bool) (lvl De
 		return lvl, base, err
 	}
 	defer os.RemoveAll(dir)
-	natsAddr, err := freeAddr()
+	natsURL, stopStore, err := o.startStore(ctx, dir)
 	if err != nil {
 		return lvl, base, err
 	}
-	ns, err := store.StartEmbedded(store.EmbeddedOptions{DataDir: dir, Listen: natsAddr})
-	if err != nil {
-		return lvl, base, err
-	}
-	defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
-	st, err := store.Connect(store.Options{URL: ns.ClientURL(), Name: "storybus-bench"})
+	defer stopStore()
+	st, err := store.Connect(store.Options{URL: natsURL, Replicas: o.replicas(), Name: "storybus-bench"})
 	if err != nil {
 		return lvl, base, err
 	}
 	defer st.Close()
-	p, err := pool.Open(ctx, st.JS, densityPool, 1)
+	p, err := pool.Open(ctx, st.JS, densityPool, o.replicas())
 	if err != nil {
 		return lvl, base, err
 	}
-	r := &replica{o: o, natsURL: ns.ClientURL(), statuses: p.Statuses}
+	r := &replica{o: o, natsURL: natsURL, statuses: p.Statuses}
 
 	if withBase {
 		o.progress("density: the replica of an empty pool")
@@ -238,6 +252,37 @@ func (o DensityOptions) level(ctx context.Context, n int, withBase bool) (lvl De
 	o.progress("density: %d workspaces, restart: in force %s, serving %s; idle %.1f MiB resident, %.1f MiB heap, %d goroutines",
 		n, roundMs(lvl.Restart.InForce), roundMs(lvl.Restart.Serving), lvl.Idle.RSSMiB, lvl.Idle.HeapMiB, lvl.Idle.Goroutines)
 	return lvl, base, nil
+}
+
+// replicas is how many copies the level's store keeps of each stream and
+// bucket.
+func (o DensityOptions) replicas() int {
+	if o.Cluster > 0 {
+		return min(o.Cluster, 3)
+	}
+	return 1
+}
+
+// startStore starts a level's store under dir: one embedded JetStream
+// node, or o.Cluster nats-server processes. It returns the URL the
+// replica connects to and how to stop the store.
+func (o DensityOptions) startStore(ctx context.Context, dir string) (string, func(), error) {
+	if o.Cluster > 0 {
+		c, err := startCluster(ctx, Options{Cluster: o.Cluster, NATSServer: o.NATSServer, Sync: SyncInterval, DataDir: dir})
+		if err != nil {
+			return "", nil, err
+		}
+		return c.url(), c.stop, nil
+	}
+	addr, err := freeAddr()
+	if err != nil {
+		return "", nil, err
+	}
+	ns, err := store.StartEmbedded(store.EmbeddedOptions{DataDir: dir, Listen: addr})
+	if err != nil {
+		return "", nil, err
+	}
+	return ns.ClientURL(), func() { ns.Shutdown(); ns.WaitForShutdown() }, nil
 }
 
 func roundMs(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
@@ -325,7 +370,8 @@ func (r *replica) launch() error {
 	}
 	r.api, r.ops = api, ops
 	r.logs = &tailBuffer{}
-	r.cmd = exec.Command(r.o.Binary, "serve", "--nats-url", r.natsURL, "--pool", densityPool, "--pool-replica", replicaName,
+	r.cmd = exec.Command(r.o.Binary, "serve", "--nats-url", r.natsURL, "--replicas", strconv.Itoa(r.o.replicas()),
+		"--pool", densityPool, "--pool-replica", replicaName,
 		"--listen", api, "--ops-listen", ops, "--drain-period", "0s", "--access-log=false", "--log-level", "warn", "--profiling")
 	r.cmd.Stdout, r.cmd.Stderr = r.logs, r.logs
 	r.startedAt = time.Now()
@@ -608,7 +654,11 @@ func parseMemory(r io.Reader) (Memory, error) {
 
 // WriteTable prints the report: the empty replica, then a line per level.
 func (rep *DensityReport) WriteTable(w io.Writer) error {
-	fmt.Fprintf(w, "pool replica density: one NATS node embedded in the benchmark, the replica a process of its own; %d connections per workspace\n", rep.Connections)
+	store := "one NATS node embedded in the benchmark"
+	if rep.Cluster > 0 {
+		store = fmt.Sprintf("%d local nats-server processes, every stream and bucket with %d replicas", rep.Cluster, rep.Replicas)
+	}
+	fmt.Fprintf(w, "pool replica density: %s, the replica a process of its own; %d connections per workspace\n", store, rep.Connections)
 	fmt.Fprintf(w, "machine: %d CPUs, %s; load average %s at the start, %s at the end\n", rep.Machine.CPUs, rep.Machine.GoVersion, rep.Machine.LoadStart, rep.Machine.LoadEnd)
 	fmt.Fprintf(w, "empty pool: %.1f MiB resident, %.1f MiB heap, %d goroutines\n\n", rep.Base.RSSMiB, rep.Base.HeapMiB, rep.Base.Goroutines)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/storybus/storybus/bench"
+	"github.com/storybus/storybus/internal/storetest"
 )
 
 // TestBenchDensity runs `storybus bench density` at two tiny levels: the
@@ -57,5 +58,35 @@ func TestBenchDensity(t *testing.T) {
 	table := string(out)
 	if !strings.Contains(table, "MiB per workspace") || strings.Count(table, "\n") < 6 {
 		t.Errorf("table:\n%s", table)
+	}
+}
+
+// TestBenchDensityOnACluster runs `storybus bench density --cluster 3`:
+// the level's store is three nats-server processes, every stream and
+// bucket with three replicas, as a pool's cluster, and the replica serves
+// every workspace from it.
+func TestBenchDensityOnACluster(t *testing.T) {
+	jsonPath := filepath.Join(t.TempDir(), "density.json")
+	cmd := exec.Command(binary, "bench", "density", "--cluster", "3", "--nats-server", storetest.NATSServer(t, "../.."),
+		"--workspaces", "3", "--connections", "2", "--settle", "0s", "--json", jsonPath)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("bench density --cluster 3: %v\nstdout:\n%s\nstderr:\n%s", err, out, stderr.String())
+	}
+	b, err := os.ReadFile(jsonPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep bench.DensityReport
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatalf("--json: %v\n%s", err, b)
+	}
+	if rep.Cluster != 3 || rep.Replicas != 3 || len(rep.Levels) != 1 || rep.Levels[0].Restart.Serving <= 0 || rep.Levels[0].Idle.RSSMiB <= 0 {
+		t.Fatalf("cluster %d, replicas %d, levels %+v", rep.Cluster, rep.Replicas, rep.Levels)
+	}
+	if !strings.Contains(string(out), "3 local nats-server processes, every stream and bucket with 3 replicas") {
+		t.Errorf("table:\n%s", out)
 	}
 }

@@ -18,7 +18,7 @@ func newBenchDensityCommand() *cobra.Command {
 		Use:   "density",
 		Short: "Measure a bus pool replica's memory per idle workspace and its start time, at several numbers of workspaces",
 		Long: "density measures, for each level of --workspaces on a store of its own (a NATS JetStream server\n" +
-			"embedded in the benchmark, one node): the replica `storybus serve --pool` of an empty pool, run\n" +
+			"embedded in the benchmark, one node, or with --cluster that many local nats-server processes): the replica `storybus serve --pool` of an empty pool, run\n" +
 			"as a process of its own; the level's workspaces put into the pool, each of --connections\n" +
 			"connections with a grant and limits; the replica's first start, which creates every workspace's\n" +
 			"streams and buckets, and a restart over them, each timed to every workspace in force (the status\n" +
@@ -58,6 +58,8 @@ func newBenchDensityCommand() *cobra.Command {
 	f.DurationVar(&o.Timeout, "timeout", o.Timeout, "the longest a start of the replica may take to serve every workspace")
 	f.StringVar(&o.Binary, "binary", "", "the storybus binary run as the replica (default this one)")
 	f.StringVar(&o.DataDir, "data-dir", "", "directory for the stores' temporary files (default the system's temporary directory)")
+	f.IntVar(&o.Cluster, "cluster", 0, "store each level on this many local nats-server processes clustered with JetStream (streams and buckets with up to 3 replicas), as a pool's cluster, instead of one embedded node")
+	f.StringVar(&o.NATSServer, "nats-server", o.NATSServer, "the nats-server binary --cluster starts: a path, or a name looked up in PATH")
 	f.StringVar(&o.ProfileDir, "profile-dir", "", "write each level's idle replica's heap profile here (heap-<workspaces>.pprof)")
 	f.StringVar(&jsonPath, "json", "", "also write the report as JSON to this file")
 	return cmd
