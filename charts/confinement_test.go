@@ -240,8 +240,11 @@ func checkOperatorConfined(t *testing.T, ctx context.Context, admin client.Clien
 
 	// A pooled Tenant's own route sends its path to its pool's Service,
 	// in the pool's namespace; nothing else of another namespace.
-	tenantRoute := func(name, backend, backendNS string) *unstructured.Unstructured {
+	tenantRoute := func(name, backend, backendNS string, port ...int64) *unstructured.Unstructured {
 		ref := map[string]any{"name": backend, "port": int64(8080)}
+		if len(port) > 0 {
+			ref["port"] = port[0]
+		}
 		if backendNS != "" {
 			ref["namespace"] = backendNS
 		}
@@ -259,24 +262,26 @@ func checkOperatorConfined(t *testing.T, ctx context.Context, admin client.Clien
 		t.Errorf("a pooled Tenant's HTTPRoute to its pool's Service: %v", err)
 	}
 	refused("a Tenant's HTTPRoute to another namespace's Service", op.Create(ctx, tenantRoute("decoy-bus-2", "database", "payments")))
+	refused("a Tenant's HTTPRoute to a *-pool Service on another port", op.Create(ctx, tenantRoute("decoy-bus-3", "redis-pool", "", 6379)))
 	// The pool's ReferenceGrant lets HTTPRoutes reach its Service alone.
-	grant := func(name, service, fromKind string) *unstructured.Unstructured {
+	grant := func(name, service, fromKind, fromNamespace string) *unstructured.Unstructured {
 		m := poolOwned(name)
 		return &unstructured.Unstructured{Object: map[string]any{
 			"apiVersion": "gateway.networking.k8s.io/v1", "kind": "ReferenceGrant",
-			"metadata": map[string]any{"namespace": team, "name": name, "labels": map[string]any{"app.kubernetes.io/managed-by": "storybus-operator"},
+			"metadata": map[string]any{"namespace": team, "name": name, "labels": map[string]any{"app.kubernetes.io/managed-by": "storybus-operator", "bus.storybus.io/tenant-namespace": "newsroom"},
 				"ownerReferences": []any{map[string]any{"apiVersion": v1alpha1.GroupVersion.String(), "kind": "BusPool", "name": m.OwnerReferences[0].Name, "uid": string(m.OwnerReferences[0].UID), "controller": true}}},
 			"spec": map[string]any{
-				"from": []any{map[string]any{"group": "gateway.networking.k8s.io", "kind": fromKind, "namespace": "newsroom"}},
+				"from": []any{map[string]any{"group": "gateway.networking.k8s.io", "kind": fromKind, "namespace": fromNamespace}},
 				"to":   []any{map[string]any{"group": "", "kind": "Service", "name": service}},
 			},
 		}}
 	}
-	if err := op.Create(ctx, grant("decoy-pool-ws-decoy", "decoy-pool", "HTTPRoute")); err != nil {
+	if err := op.Create(ctx, grant("decoy-pool-ws-decoy", "decoy-pool", "HTTPRoute", "newsroom")); err != nil {
 		t.Errorf("a pool's ReferenceGrant to its Service: %v", err)
 	}
-	refused("a pool's ReferenceGrant to another Service", op.Create(ctx, grant("decoy-pool-ws-db", "database", "HTTPRoute")))
-	refused("a pool's ReferenceGrant to Gateways' TLS", op.Create(ctx, grant("decoy-pool-ws-tls", "decoy-pool", "Gateway")))
+	refused("a pool's ReferenceGrant to another Service", op.Create(ctx, grant("decoy-pool-ws-db", "database", "HTTPRoute", "newsroom")))
+	refused("a pool's ReferenceGrant to Gateways' TLS", op.Create(ctx, grant("decoy-pool-ws-tls", "decoy-pool", "Gateway", "newsroom")))
+	refused("a pool's ReferenceGrant for another namespace than its Tenant's", op.Create(ctx, grant("decoy-pool-ws-other", "decoy-pool", "HTTPRoute", "payments")))
 
 	// Another team's Secret, ConfigMap, NetworkPolicy and HTTPRoute.
 	sec := foreignSecret.DeepCopy()

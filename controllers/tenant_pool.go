@@ -175,6 +175,11 @@ func (r *TenantPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	if errors.Is(err, errPhasesDone) {
 		err = nil
 	}
+	if s.pool != nil && s.placed != nil && (s.placed.Reason == v1alpha1.ReasonNamespaceNotAllowed || s.placed.Reason == v1alpha1.ReasonWorkspaceConflict) {
+		// Admission revoked, or the workspace id held by another
+		// Tenant: nothing of this one routes to the pool any more.
+		err = errors.Join(err, r.deleteFront(ctx, s.pool, t))
+	}
 	if s.requeue > 0 {
 		res = lowestNonZeroResult(res, requeueAfter(s.requeue))
 	}

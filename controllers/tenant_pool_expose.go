@@ -139,22 +139,30 @@ func (r *TenantPoolReconciler) front(ctx context.Context, s *poolScope) (reconci
 
 // poolObject applies desired() as Tenant t's object of obj's kind in pool
 // p's namespace when want, and deletes it otherwise. One of that name the
-// pool does not control, or made for another Tenant, is never touched.
+// pool does not control, or made for another Tenant, is never touched: it
+// stops a write, and there is nothing of t's to delete.
 func (r *TenantPoolReconciler) poolObject(ctx context.Context, p *v1alpha1.BusPool, t *v1alpha1.Tenant, obj client.Object, want bool, desired func() runtime.ApplyConfiguration) error {
 	name := poolTenantObjectName(p, t.EffectiveWorkspaceID())
 	kind := fmt.Sprintf("%T", obj)
-	cur, err := r.poolObjectOf(ctx, p, t, name, obj)
+	exists, err := r.poolObjectOf(ctx, p, name, obj)
 	if err != nil {
 		return err
 	}
-	if !want {
-		if cur == nil {
-			return nil
-		}
-		if err := r.Delete(ctx, cur); err != nil && !apierrors.IsNotFound(err) {
+	ours := exists && madeFor(obj, p, t)
+	switch {
+	case !want && !ours:
+		return nil
+	case !want:
+		if err := r.Delete(ctx, obj); err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("delete %s %s/%s: %w", kind, p.Namespace, name, err)
 		}
 		return nil
+	case exists && !ours:
+		return reconcile.TerminalError(fmt.Errorf("%s %s/%s exists and was not made by BusPool %s for Tenant %s/%s", kind, p.Namespace, name, p.Name, t.Namespace, t.Name))
+	}
+	var cur client.Object
+	if exists {
+		cur = obj
 	}
 	w := objectWriter{Client: r.Client, APIReader: r.APIReader}
 	_, err = w.apply(ctx, cur, desired(), fmt.Sprintf("%s %s/%s", kind, p.Namespace, name))
@@ -162,22 +170,29 @@ func (r *TenantPoolReconciler) poolObject(ctx context.Context, p *v1alpha1.BusPo
 }
 
 // poolObjectOf reads the object named name of obj's kind in pool p's
-// namespace into obj and returns it when p controls it and it was made for
-// Tenant t; nil when there is none. One that is someone else's is an
-// error: the operator never adopts it.
-func (r *TenantPoolReconciler) poolObjectOf(ctx context.Context, p *v1alpha1.BusPool, t *v1alpha1.Tenant, name string, obj client.Object) (client.Object, error) {
-	err := r.Get(ctx, types.NamespacedName{Namespace: p.Namespace, Name: name}, obj)
+// namespace into obj, and reports whether it exists. The cache holds only
+// what the operator labels, so a name it lacks is read from the API
+// server: someone else's object of that name is never taken over.
+func (r *TenantPoolReconciler) poolObjectOf(ctx context.Context, p *v1alpha1.BusPool, name string, obj client.Object) (bool, error) {
+	key := types.NamespacedName{Namespace: p.Namespace, Name: name}
+	err := r.Get(ctx, key, obj)
+	if apierrors.IsNotFound(err) {
+		err = r.APIReader.Get(ctx, key, obj)
+	}
 	switch {
 	case apierrors.IsNotFound(err):
-		return nil, nil
+		return false, nil
 	case err != nil:
-		return nil, fmt.Errorf("get %T %s/%s: %w", obj, p.Namespace, name, err)
+		return false, fmt.Errorf("get %T %s/%s: %w", obj, p.Namespace, name, err)
 	}
+	return true, nil
+}
+
+// madeFor reports whether obj, in pool p's namespace, is p's and was made
+// for Tenant t.
+func madeFor(obj client.Object, p *v1alpha1.BusPool, t *v1alpha1.Tenant) bool {
 	l := obj.GetLabels()
-	if !controlledBy(obj, p) || l[LabelTenant] != t.Name || l[LabelTenantNamespace] != t.Namespace {
-		return nil, reconcile.TerminalError(fmt.Errorf("%T %s/%s exists and was not made by BusPool %s for Tenant %s/%s", obj, p.Namespace, name, p.Name, t.Namespace, t.Name))
-	}
-	return obj, nil
+	return controlledBy(obj, p) && l[LabelTenant] == t.Name && l[LabelTenantNamespace] == t.Namespace
 }
 
 // deleteFront deletes what Tenant t had in pool p's namespace for its own
@@ -203,13 +218,18 @@ func tenantOfPoolObject(_ context.Context, o client.Object) []reconcile.Request 
 }
 
 // reconcilePooledExpose writes a pooled Tenant's HTTPRoute, sending its
-// workspace's path to pool p's Service, or deletes the one it controls
-// when it has no gateway expose, and observes the route, or the Ingress
-// its pool controller writes in the pool's namespace. p is nil when the
-// pool is not there: PoolReady says so, and Exposed is left as it was.
+// workspace's path to pool p's Service once the workspace is placed
+// there, or deletes the one it controls when it has no gateway expose or
+// is not placed, and observes the route, or the Ingress its pool
+// controller writes in the pool's namespace. p is nil when the pool is
+// not there: PoolReady says so, and Exposed is left as it was.
 func (r *TenantWorkloadReconciler) reconcilePooledExpose(ctx context.Context, t *v1alpha1.Tenant, p *v1alpha1.BusPool) (*exposeObservation, error) {
 	ex := t.Spec.Expose
-	if r.gatewayAPI && (ex == nil || ex.Gateway == nil) {
+	// Only a Tenant placed on p holds its workspace's path there: one the
+	// pool does not admit, or that another Tenant's holds the workspace
+	// id against, routes nothing.
+	placed := p != nil && placedOn(t, client.ObjectKeyFromObject(p))
+	if r.gatewayAPI && (ex == nil || ex.Gateway == nil || !placed) {
 		if err := r.deleteControlled(ctx, t, &gatewayv1.HTTPRoute{}); err != nil {
 			return nil, err
 		}
@@ -224,7 +244,7 @@ func (r *TenantWorkloadReconciler) reconcilePooledExpose(ctx context.Context, t 
 		case apierrors.IsNotFound(err):
 		case err != nil:
 			return nil, fmt.Errorf("get ingress %s/%s: %w", p.Namespace, o.ingressName, err)
-		default:
+		case madeFor(ing, p, t):
 			o.ingress = ing
 		}
 		return o, nil
@@ -237,6 +257,9 @@ func (r *TenantWorkloadReconciler) reconcilePooledExpose(ctx context.Context, t 
 	o.parents = ex.Gateway.ParentRefs
 	if len(o.parents) == 0 && r.Expose.Gateway != nil {
 		o.parents = []v1alpha1.GatewayParentRef{*r.Expose.Gateway}
+	}
+	if !placed {
+		return o, nil
 	}
 	route := &gatewayv1.HTTPRoute{}
 	cur, err := r.owned(ctx, &workloadScope{tenant: t}, "HTTPRoute", busName(t), route)

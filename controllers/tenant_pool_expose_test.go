@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -89,6 +90,36 @@ func TestPooledTenantExposesItsOwnHost(t *testing.T) {
 	if want := "https://brand.example.com/v1/tenants/brand"; tn.Status.ExternalEndpoint != want {
 		t.Errorf("externalEndpoint %q, want %q", tn.Status.ExternalEndpoint, want)
 	}
+
+	// Another Tenant claiming the same workspace id on the pool routes
+	// nothing: no route of its own, and the holder's grant stays.
+	create(t, newTenant(ns, "rival", onPool, func(tn *v1alpha1.Tenant) {
+		tn.Spec.WorkspaceID = "brand"
+		tn.Spec.Expose = &v1alpha1.TenantExpose{Gateway: &v1alpha1.GatewayExpose{Hostnames: []string{"rival.example.com"}}}
+	}))
+	waitCondition(t, ns, "rival", &v1alpha1.Tenant{}, tenantGen, v1alpha1.ConditionPoolReady, metav1.ConditionFalse, v1alpha1.ReasonWorkspaceConflict)
+	consistently(t, "the rival routes nothing, the holder's grant stays", 2*time.Second, func() error {
+		if err := gone(ns, "rival-bus", &gatewayv1.HTTPRoute{}); err != nil {
+			return err
+		}
+		return get(poolNS, "shared-pool-ws-brand", &gatewayv1.ReferenceGrant{})
+	})
+	if err := k8s.Delete(ctx, newTenant(ns, "rival")); err != nil {
+		t.Fatal(err)
+	}
+
+	// The pool stops admitting the Tenant's namespace: its grant goes, so
+	// its route no longer reaches the pool.
+	update(t, poolNS, "shared", &v1alpha1.BusPool{}, func(p *v1alpha1.BusPool) {
+		p.Spec.AllowedTenants = &v1alpha1.AllowedTenants{Namespaces: &v1alpha1.TenantNamespaces{From: v1alpha1.NamespacesFromSame}}
+	})
+	eventually(t, "the grant gone once the namespace is not admitted", func() error {
+		return gone(poolNS, "shared-pool-ws-brand", &gatewayv1.ReferenceGrant{})
+	})
+	update(t, poolNS, "shared", &v1alpha1.BusPool{}, func(p *v1alpha1.BusPool) {
+		p.Spec.AllowedTenants = &v1alpha1.AllowedTenants{Namespaces: &v1alpha1.TenantNamespaces{From: v1alpha1.NamespacesFromAll}}
+	})
+	mustGet(t, poolNS, "shared-pool-ws-brand", &gatewayv1.ReferenceGrant{})
 
 	// An ingress instead: in the pool's namespace, the pool's key pair its
 	// TLS; the route and the grant go.

@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -70,16 +71,14 @@ func (r *TenantWorkloadReconciler) poolOf(ctx context.Context, t *v1alpha1.Tenan
 }
 
 // pooledExternalEndpoint is the external base URL of a pooled Tenant's
-// own route, or else of its pool's, with the workspace's path; "" when
-// neither is exposed or the pool is not there.
+// own route (its Ingress's host, or its route's first host name that is
+// not a wildcard), or else of its pool's, with the workspace's path; ""
+// when neither has one or the pool is not there.
 func pooledExternalEndpoint(t *v1alpha1.Tenant, p *v1alpha1.BusPool) string {
 	if p == nil {
 		return ""
 	}
-	base := externalEndpoint(t)
-	if t.Spec.Expose == nil {
-		base = poolExternalEndpoint(p)
-	}
+	base := cmp.Or(externalEndpoint(t), poolExternalEndpoint(p))
 	if base == "" {
 		return ""
 	}

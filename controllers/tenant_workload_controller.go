@@ -287,7 +287,8 @@ func (r *TenantWorkloadReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	generation := builder.WithPredicates(predicate.GenerationChangedPredicate{})
 	c, err := b.
-		For(&v1alpha1.Tenant{}, builder.WithPredicates(predicate.Or[client.Object](tenantSpecChanged, tenantConfigured))).
+		// A pooled Tenant's route waits for its workspace placed.
+		For(&v1alpha1.Tenant{}, builder.WithPredicates(predicate.Or[client.Object](tenantSpecChanged, tenantConfigured, tenantPlacementChanged))).
 		// The readiness controller reads the StatefulSet's status.
 		Owns(&appsv1.StatefulSet{}, generation).
 		Owns(&corev1.Service{}).
