@@ -169,6 +169,7 @@ func (r *TenantPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		func(ctx context.Context, s *poolScope) (ctrl.Result, error) { return r.findPool(ctx, s, want) },
 		r.admit,
 		r.claim,
+		r.dropFront,
 		r.place,
 		r.front,
 	)
@@ -619,6 +620,10 @@ func (r *TenantPoolReconciler) leave(ctx context.Context, t *v1alpha1.Tenant, pl
 	case err != nil:
 		return fmt.Errorf("get buspool %s/%s: %w", pl.Namespace, pl.Name, err)
 	}
+	// Its route there goes first: it needs no answer of the cluster.
+	if err := r.deleteFront(ctx, p, t); err != nil {
+		return err
+	}
 	pc, err := r.Pools.forPool(ctx, r.Secrets, p)
 	if err != nil {
 		return fmt.Errorf("remove workspace %s from BusPool %s/%s: %w", t.EffectiveWorkspaceID(), pl.Namespace, pl.Name, err)
@@ -626,9 +631,6 @@ func (r *TenantPoolReconciler) leave(ctx context.Context, t *v1alpha1.Tenant, pl
 	dctx, cancel := context.WithTimeout(ctx, externalDataTimeout)
 	defer cancel()
 	if err := pc.pool.Delete(dctx, t.EffectiveWorkspaceID()); err != nil {
-		return err
-	}
-	if err := r.deleteFront(ctx, p, t); err != nil {
 		return err
 	}
 	r.Recorder.Eventf(t, nil, corev1.EventTypeNormal, "PoolLeft", "Update",
@@ -658,6 +660,9 @@ func (r *TenantPoolReconciler) finalize(ctx context.Context, t *v1alpha1.Tenant)
 	case err != nil:
 		return ctrl.Result{}, fmt.Errorf("get buspool %s/%s: %w", pl.Namespace, pl.Name, err)
 	}
+	if err := r.deleteFront(ctx, p, t); err != nil {
+		return ctrl.Result{}, err
+	}
 	pc, err := r.Pools.forPool(ctx, r.Secrets, p)
 	if err != nil {
 		r.Recorder.Eventf(t, nil, corev1.EventTypeWarning, "DataDeletionFailed", "Delete",
@@ -667,9 +672,6 @@ func (r *TenantPoolReconciler) finalize(ctx context.Context, t *v1alpha1.Tenant)
 	dctx, cancel := context.WithTimeout(ctx, externalDataTimeout)
 	defer cancel()
 	if err := pc.pool.Delete(dctx, ws); err != nil {
-		return ctrl.Result{}, err
-	}
-	if err := r.deleteFront(ctx, p, t); err != nil {
 		return ctrl.Result{}, err
 	}
 	if serving := r.stillServing(ctx, p, pc, ws); len(serving) > 0 && time.Since(t.DeletionTimestamp.Time) < poolLeaveTimeout {

@@ -116,76 +116,93 @@ func desiredReferenceGrant(p *v1alpha1.BusPool, t *v1alpha1.Tenant) *gatewayv1ac
 // +kubebuilder:rbac:groups=gateway.networking.k8s.io,resources=referencegrants,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=networking.k8s.io,resources=ingresses,verbs=get;list;watch;create;patch;delete
 
+// poolFrontWants reports which of its objects in pool p's namespace
+// Tenant t's own spec.expose needs: its Ingress, or the ReferenceGrant its
+// HTTPRoute needs from another namespace.
+func poolFrontWants(p *v1alpha1.BusPool, t *v1alpha1.Tenant) (ingress, grant bool) {
+	ex := t.Spec.Expose
+	return ex != nil && ex.Ingress != nil, ex != nil && ex.Gateway != nil && t.Namespace != p.Namespace
+}
+
+// dropFront deletes, from the pool's namespace, what the Tenant's own
+// spec.expose no longer needs there. It runs before the workspace is
+// placed, so that it needs no answer of the pool's cluster.
+func (r *TenantPoolReconciler) dropFront(ctx context.Context, s *poolScope) (reconcile.Result, error) {
+	wantIngress, wantGrant := poolFrontWants(s.pool, s.tenant)
+	if !wantIngress {
+		if err := r.deletePoolObject(ctx, s.pool, s.tenant, &networkingv1.Ingress{}); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
+	if r.referenceGrants && !wantGrant {
+		return reconcile.Result{}, r.deletePoolObject(ctx, s.pool, s.tenant, &gatewayv1.ReferenceGrant{})
+	}
+	return reconcile.Result{}, nil
+}
+
 // front writes, in the pool's namespace, what the placed Tenant's own
-// spec.expose needs there (its Ingress, or the ReferenceGrant its
-// HTTPRoute needs), and deletes what it no longer needs.
+// spec.expose needs there: its Ingress, or the ReferenceGrant its
+// HTTPRoute needs.
 func (r *TenantPoolReconciler) front(ctx context.Context, s *poolScope) (reconcile.Result, error) {
 	t, p := s.tenant, s.pool
-	ex := t.Spec.Expose
-	wantIngress := ex != nil && ex.Ingress != nil
-	wantGrant := ex != nil && ex.Gateway != nil && t.Namespace != p.Namespace
-	if err := r.poolObject(ctx, p, t, &networkingv1.Ingress{}, wantIngress, func() runtime.ApplyConfiguration {
-		return desiredPooledIngress(p, t)
-	}); err != nil {
-		return reconcile.Result{}, err
-	}
-	if !r.referenceGrants {
-		return reconcile.Result{}, nil
-	}
-	return reconcile.Result{}, r.poolObject(ctx, p, t, &gatewayv1.ReferenceGrant{}, wantGrant, func() runtime.ApplyConfiguration {
-		return desiredReferenceGrant(p, t)
-	})
-}
-
-// poolObject applies desired() as Tenant t's object of obj's kind in pool
-// p's namespace when want, and deletes it otherwise. One of that name the
-// pool does not control, or made for another Tenant, is never touched: it
-// stops a write, and there is nothing of t's to delete.
-func (r *TenantPoolReconciler) poolObject(ctx context.Context, p *v1alpha1.BusPool, t *v1alpha1.Tenant, obj client.Object, want bool, desired func() runtime.ApplyConfiguration) error {
-	name := poolTenantObjectName(p, t.EffectiveWorkspaceID())
-	kind := fmt.Sprintf("%T", obj)
-	exists, err := r.poolObjectOf(ctx, p, name, obj)
-	if err != nil {
-		return err
-	}
-	ours := exists && madeFor(obj, p, t)
-	switch {
-	case !want && !ours:
-		return nil
-	case !want:
-		if err := r.Delete(ctx, obj); err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("delete %s %s/%s: %w", kind, p.Namespace, name, err)
+	wantIngress, wantGrant := poolFrontWants(p, t)
+	if wantIngress {
+		if err := r.writePoolObject(ctx, p, t, &networkingv1.Ingress{}, desiredPooledIngress(p, t)); err != nil {
+			return reconcile.Result{}, err
 		}
-		return nil
-	case exists && !ours:
-		return reconcile.TerminalError(fmt.Errorf("%s %s/%s exists and was not made by BusPool %s for Tenant %s/%s", kind, p.Namespace, name, p.Name, t.Namespace, t.Name))
 	}
-	var cur client.Object
-	if exists {
-		cur = obj
+	if r.referenceGrants && wantGrant {
+		return reconcile.Result{}, r.writePoolObject(ctx, p, t, &gatewayv1.ReferenceGrant{}, desiredReferenceGrant(p, t))
 	}
-	w := objectWriter{Client: r.Client, APIReader: r.APIReader}
-	_, err = w.apply(ctx, cur, desired(), fmt.Sprintf("%s %s/%s", kind, p.Namespace, name))
-	return err
+	return reconcile.Result{}, nil
 }
 
-// poolObjectOf reads the object named name of obj's kind in pool p's
-// namespace into obj, and reports whether it exists. The cache holds only
-// what the operator labels, so a name it lacks is read from the API
-// server: someone else's object of that name is never taken over.
-func (r *TenantPoolReconciler) poolObjectOf(ctx context.Context, p *v1alpha1.BusPool, name string, obj client.Object) (bool, error) {
+// writePoolObject applies desired as Tenant t's object of obj's kind in
+// pool p's namespace. One of that name the pool does not control, or made
+// for another Tenant, stops the write: the operator never takes it over.
+// The cache holds only what the operator labels, so a name it lacks is
+// read from the API server before it is created.
+func (r *TenantPoolReconciler) writePoolObject(ctx context.Context, p *v1alpha1.BusPool, t *v1alpha1.Tenant, obj client.Object, desired runtime.ApplyConfiguration) error {
+	name := poolTenantObjectName(p, t.EffectiveWorkspaceID())
+	what := fmt.Sprintf("%T %s/%s", obj, p.Namespace, name)
 	key := types.NamespacedName{Namespace: p.Namespace, Name: name}
 	err := r.Get(ctx, key, obj)
 	if apierrors.IsNotFound(err) {
 		err = r.APIReader.Get(ctx, key, obj)
 	}
+	var cur client.Object
 	switch {
 	case apierrors.IsNotFound(err):
-		return false, nil
 	case err != nil:
-		return false, fmt.Errorf("get %T %s/%s: %w", obj, p.Namespace, name, err)
+		return fmt.Errorf("get %s: %w", what, err)
+	case !madeFor(obj, p, t):
+		return reconcile.TerminalError(fmt.Errorf("%s exists and was not made by BusPool %s for Tenant %s/%s", what, p.Name, t.Namespace, t.Name))
+	default:
+		cur = obj
 	}
-	return true, nil
+	w := objectWriter{Client: r.Client, APIReader: r.APIReader}
+	_, err = w.apply(ctx, cur, desired, what)
+	return err
+}
+
+// deletePoolObject deletes Tenant t's object of obj's kind in pool p's
+// namespace, if the cache holds one (every object the operator makes is
+// labelled so): one of that name made for another Tenant, or by someone
+// else, is left alone.
+func (r *TenantPoolReconciler) deletePoolObject(ctx context.Context, p *v1alpha1.BusPool, t *v1alpha1.Tenant, obj client.Object) error {
+	name := poolTenantObjectName(p, t.EffectiveWorkspaceID())
+	switch err := r.Get(ctx, types.NamespacedName{Namespace: p.Namespace, Name: name}, obj); {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("get %T %s/%s: %w", obj, p.Namespace, name, err)
+	case !madeFor(obj, p, t):
+		return nil
+	}
+	if err := r.Delete(ctx, obj); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete %T %s/%s: %w", obj, p.Namespace, name, err)
+	}
+	return nil
 }
 
 // madeFor reports whether obj, in pool p's namespace, is p's and was made
@@ -196,15 +213,16 @@ func madeFor(obj client.Object, p *v1alpha1.BusPool, t *v1alpha1.Tenant) bool {
 }
 
 // deleteFront deletes what Tenant t had in pool p's namespace for its own
-// spec.expose: it leaves the pool, or is deleted.
+// spec.expose: it leaves the pool, is deleted, or no longer holds its
+// workspace there.
 func (r *TenantPoolReconciler) deleteFront(ctx context.Context, p *v1alpha1.BusPool, t *v1alpha1.Tenant) error {
-	if err := r.poolObject(ctx, p, t, &networkingv1.Ingress{}, false, nil); err != nil {
+	if err := r.deletePoolObject(ctx, p, t, &networkingv1.Ingress{}); err != nil {
 		return err
 	}
 	if !r.referenceGrants {
 		return nil
 	}
-	return r.poolObject(ctx, p, t, &gatewayv1.ReferenceGrant{}, false, nil)
+	return r.deletePoolObject(ctx, p, t, &gatewayv1.ReferenceGrant{})
 }
 
 // tenantOfPoolObject maps an object the operator made in a pool's

@@ -202,3 +202,49 @@ func deref[T ~string](p *T) string {
 	}
 	return string(*p)
 }
+
+// TestPooledTenantDropsItsIngressWithoutItsCluster: removing a pooled
+// Tenant's spec.expose takes its Ingress out of the pool's namespace even
+// while the pool's NATS cluster does not answer, which placing the
+// workspace needs and removing its route does not.
+func TestPooledTenantDropsItsIngressWithoutItsCluster(t *testing.T) {
+	nats, _ := startPoolCluster(t)
+	ns := newNamespace(t)
+	create(t, newBusPool(ns, "shared", nats.ClientURL()))
+	create(t, newTenant(ns, "brand", func(tn *v1alpha1.Tenant) {
+		tn.Spec.Pool = &v1alpha1.PoolReference{Name: "shared"}
+		tn.Spec.Expose = &v1alpha1.TenantExpose{Ingress: &v1alpha1.IngressExpose{Host: "news.example.com"}}
+	}))
+	mustGet(t, ns, "shared-pool-ws-brand", &networkingv1.Ingress{})
+	tn := &v1alpha1.Tenant{}
+	waitCondition(t, ns, "brand", tn, tenantGen, v1alpha1.ConditionPoolReady, metav1.ConditionTrue, v1alpha1.ReasonPlaced)
+	placed := tn.Status.ConfigHash
+
+	// The cluster goes, and a new configuration cannot be placed.
+	nats.Shutdown()
+	nats.WaitForShutdown()
+	update(t, ns, "brand", &v1alpha1.Tenant{}, func(tn *v1alpha1.Tenant) { tn.Spec.Sandbox = true })
+	eventually(t, "a configuration the pool cannot be given", func() error {
+		if err := get(ns, "brand", tn); err != nil {
+			return err
+		}
+		if tn.Status.ConfigHash == placed {
+			return fmt.Errorf("configuration %s, the one placed", tn.Status.ConfigHash)
+		}
+		return nil
+	})
+	update(t, ns, "brand", &v1alpha1.Tenant{}, func(tn *v1alpha1.Tenant) { tn.Spec.Expose = nil })
+	eventually(t, "the Ingress gone with the cluster down", func() error {
+		return gone(ns, "shared-pool-ws-brand", &networkingv1.Ingress{})
+	})
+
+	// The pool goes, then the Tenant: with no pool, nothing waits on its
+	// cluster.
+	if err := k8s.Delete(context.Background(), newBusPool(ns, "shared", "")); err != nil {
+		t.Fatal(err)
+	}
+	if err := k8s.Delete(context.Background(), newTenant(ns, "brand")); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the Tenant gone", func() error { return gone(ns, "brand", &v1alpha1.Tenant{}) })
+}
