@@ -51,7 +51,6 @@ before(async () => {
   writeFileSync(file("workspace.yaml"), config);
   bus = await startDev(
     ["--config", file("workspace.yaml"), "--tls-cert-file", file("server.crt"), "--tls-key-file", file("server.key"), "--tls-client-ca-file", file("ca.crt")],
-    "https",
   );
 });
 

@@ -1,9 +1,8 @@
-// A real bus for the tests: `storybus dev` on free ports and a fresh data
-// directory, stopped after the tests.
+// A real bus for the tests: `storybus dev` on ports the system picks and a
+// fresh data directory, stopped after the tests.
 
 import { type ChildProcess, spawn, execFileSync } from "node:child_process";
 import { existsSync, mkdtempSync, rmSync } from "node:fs";
-import net from "node:net";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -34,17 +33,8 @@ export function buildStorybus(): void {
   });
 }
 
-/** freeAddr returns a loopback address with a port nobody listens on. */
-export async function freeAddr(): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer();
-    s.on("error", reject);
-    s.listen(0, "127.0.0.1", () => {
-      const port = (s.address() as net.AddressInfo).port;
-      s.close(() => resolve(`127.0.0.1:${port}`));
-    });
-  });
-}
+/** banner is the line `storybus dev` prints once it listens: its publish and operations URLs. */
+const banner = /on (https?:\/\/\S+) \(operations on (http:\/\/\S+)\)/;
 
 /** Bus is a running `storybus dev`. */
 export interface Bus {
@@ -57,14 +47,16 @@ export interface Bus {
   stop(): Promise<void>;
 }
 
-/** startDev starts `storybus dev` with args beside its addresses and data dir, and waits until it is ready. */
-export async function startDev(args: string[] = [], scheme = "http"): Promise<Bus> {
-  const listen = await freeAddr();
-  const ops = await freeAddr();
+/**
+ * startDev starts `storybus dev` with args beside its addresses and data dir, and waits until it is ready.
+ * It listens on ports the system picks, read from its banner: a port picked free beforehand may be taken
+ * (by the bus's own embedded store among others) before the bus binds it.
+ */
+export async function startDev(args: string[] = []): Promise<Bus> {
   const dataDir = mkdtempSync(path.join(os.tmpdir(), "storybus-ts-bus-"));
   const child: ChildProcess = spawn(
     storybusBinary(),
-    ["dev", "--listen", listen, "--ops-listen", ops, "--data-dir", dataDir, "--access-log=false", ...args],
+    ["dev", "--listen", "127.0.0.1:0", "--ops-listen", "127.0.0.1:0", "--data-dir", dataDir, "--access-log=false", ...args],
     { stdio: ["ignore", "pipe", "pipe"] },
   );
   let out = "";
@@ -73,8 +65,8 @@ export async function startDev(args: string[] = [], scheme = "http"): Promise<Bu
   let exited = false;
   const exit = new Promise<void>((resolve) => child.on("exit", () => ((exited = true), resolve())));
   const bus: Bus = {
-    url: `${scheme}://${listen}`,
-    opsUrl: `http://${ops}`,
+    url: "",
+    opsUrl: "",
     output: () => out,
     stop: async () => {
       if (!exited) {
@@ -89,11 +81,15 @@ export async function startDev(args: string[] = [], scheme = "http"): Promise<Bu
   const deadline = Date.now() + 90_000;
   for (;;) {
     if (exited) throw new Error(`storybus dev exited before it was ready:\n${out}`);
-    try {
-      const res = await fetch(`${bus.opsUrl}/readyz`);
-      if (res.status === 200) return bus;
-    } catch {
-      // not listening yet
+    const m = bus.url ? null : banner.exec(out);
+    if (m?.[1] && m[2]) [bus.url, bus.opsUrl] = [m[1], m[2]];
+    if (bus.opsUrl) {
+      try {
+        const res = await fetch(`${bus.opsUrl}/readyz`);
+        if (res.status === 200) return bus;
+      } catch {
+        // not listening yet
+      }
     }
     if (Date.now() > deadline) {
       await bus.stop();
