@@ -14,7 +14,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
-	gatewayv1ac "sigs.k8s.io/gateway-api/applyconfiguration/apis/v1"
 
 	"github.com/storybus/storybus/api/v1alpha1"
 )
@@ -87,14 +86,17 @@ func (r *TenantWorkloadReconciler) reconcileExpose(ctx context.Context, s *workl
 	}
 	switch {
 	case wantRoute:
-		return ctrl.Result{}, r.reconcileHTTPRoute(ctx, s)
+		return ctrl.Result{}, r.reconcileHTTPRoute(ctx, s, tenantFront(s.tenant), true)
 	case wantIngress:
 		return ctrl.Result{}, r.reconcileIngress(ctx, s)
 	}
 	return ctrl.Result{}, nil
 }
 
-func (r *TenantWorkloadReconciler) reconcileHTTPRoute(ctx context.Context, s *workloadScope) error {
+// reconcileHTTPRoute writes the Tenant's HTTPRoute of front, when write
+// is true, and observes it in s.expose: a bus of its own's sends to its
+// Service, a pooled Tenant's to its pool's.
+func (r *TenantWorkloadReconciler) reconcileHTTPRoute(ctx context.Context, s *workloadScope, front busFront, write bool) error {
 	t := s.tenant
 	s.expose = &exposeObservation{}
 	if !r.gatewayAPI {
@@ -106,12 +108,18 @@ func (r *TenantWorkloadReconciler) reconcileHTTPRoute(ctx context.Context, s *wo
 		parents = []v1alpha1.GatewayParentRef{*r.Expose.Gateway}
 	}
 	s.expose.parents = parents
+	if !write {
+		return nil
+	}
 	route := &gatewayv1.HTTPRoute{}
 	cur, err := r.owned(ctx, s, "HTTPRoute", busName(t), route)
 	if err != nil || len(parents) == 0 {
 		return err
 	}
-	if _, err := r.apply(ctx, cur, desiredHTTPRoute(t, parents), "httproute"); err != nil {
+	// Only the workspace's path prefix, and nothing else, goes to the
+	// Service: Tenants sharing a Gateway and host name each own their
+	// prefix.
+	if _, err := r.apply(ctx, cur, front.httpRoute(parents, t.Spec.Expose.Gateway.Hostnames), "httproute"); err != nil {
 		return err
 	}
 	if cur != nil {
@@ -138,13 +146,6 @@ func (r *TenantWorkloadReconciler) reconcileIngress(ctx context.Context, s *work
 // the Tenant controls it; one it does not control is left alone.
 func (r *TenantWorkloadReconciler) deleteControlled(ctx context.Context, t *v1alpha1.Tenant, obj client.Object) error {
 	return deleteIfControlled(ctx, r.Client, t, busName(t), obj)
-}
-
-// desiredHTTPRoute sends the workspace's path prefix, and nothing else, to
-// the bus's HTTP Service: Tenants sharing a Gateway and host name each own
-// their prefix.
-func desiredHTTPRoute(t *v1alpha1.Tenant, parents []v1alpha1.GatewayParentRef) *gatewayv1ac.HTTPRouteApplyConfiguration {
-	return tenantFront(t).httpRoute(parents, t.Spec.Expose.Gateway.Hostnames)
 }
 
 // desiredIngress is the Ingress of the workspace's path prefix on the

@@ -267,28 +267,7 @@ func (r *TenantWorkloadReconciler) reconcilePooledExpose(ctx context.Context, t 
 		}
 		return o, nil
 	}
-	o := &exposeObservation{}
-	if !r.gatewayAPI {
-		o.gatewayAPIMissing = true
-		return o, nil
-	}
-	o.parents = ex.Gateway.ParentRefs
-	if len(o.parents) == 0 && r.Expose.Gateway != nil {
-		o.parents = []v1alpha1.GatewayParentRef{*r.Expose.Gateway}
-	}
-	if !placed {
-		return o, nil
-	}
-	route := &gatewayv1.HTTPRoute{}
-	cur, err := r.owned(ctx, &workloadScope{tenant: t}, "HTTPRoute", busName(t), route)
-	if err != nil || len(o.parents) == 0 {
-		return o, err
-	}
-	if _, err := r.apply(ctx, cur, pooledRouteFront(t, p).httpRoute(o.parents, ex.Gateway.Hostnames), "httproute"); err != nil {
-		return nil, err
-	}
-	if cur != nil {
-		o.route = route
-	}
-	return o, nil
+	ws := &workloadScope{tenant: t}
+	err := r.reconcileHTTPRoute(ctx, ws, pooledRouteFront(t, p), placed)
+	return ws.expose, err
 }

@@ -18,24 +18,8 @@ import (
 // workspaces, serves every one, and its memory is read; the report says
 // so, and the table prints a line per level.
 func TestBenchDensity(t *testing.T) {
-	jsonPath := filepath.Join(t.TempDir(), "density.json")
 	profiles := t.TempDir()
-	cmd := exec.Command(binary, "bench", "density", "--workspaces", "1,3", "--connections", "2", "--settle", "0s",
-		"--json", jsonPath, "--profile-dir", profiles)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("bench density: %v\nstdout:\n%s\nstderr:\n%s", err, out, stderr.String())
-	}
-	b, err := os.ReadFile(jsonPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep bench.DensityReport
-	if err := json.Unmarshal(b, &rep); err != nil {
-		t.Fatalf("--json: %v\n%s", err, b)
-	}
+	rep, out := runDensity(t, "--workspaces", "1,3", "--connections", "2", "--settle", "0s", "--profile-dir", profiles)
 	if rep.Connections != 2 || rep.Base.RSSMiB <= 0 || rep.Base.HeapMiB <= 0 || rep.Base.Goroutines <= 0 {
 		t.Errorf("connections %d, empty replica %+v", rep.Connections, rep.Base)
 	}
@@ -66,14 +50,27 @@ func TestBenchDensity(t *testing.T) {
 // bucket with three replicas, as a pool's cluster, and the replica serves
 // every workspace from it.
 func TestBenchDensityOnACluster(t *testing.T) {
+	rep, out := runDensity(t, "--cluster", "3", "--nats-server", storetest.NATSServer(t, "../.."),
+		"--workspaces", "3", "--connections", "2", "--settle", "0s")
+	if rep.Cluster != 3 || rep.Replicas != 3 || len(rep.Levels) != 1 || rep.Levels[0].Restart.Serving <= 0 || rep.Levels[0].Idle.RSSMiB <= 0 {
+		t.Fatalf("cluster %d, replicas %d, levels %+v", rep.Cluster, rep.Replicas, rep.Levels)
+	}
+	if !strings.Contains(string(out), "3 local nats-server processes, every stream and bucket with 3 replicas") {
+		t.Errorf("table:\n%s", out)
+	}
+}
+
+// runDensity runs `storybus bench density` with args and --json, and
+// returns its report and the table it printed.
+func runDensity(t *testing.T, args ...string) (bench.DensityReport, []byte) {
+	t.Helper()
 	jsonPath := filepath.Join(t.TempDir(), "density.json")
-	cmd := exec.Command(binary, "bench", "density", "--cluster", "3", "--nats-server", storetest.NATSServer(t, "../.."),
-		"--workspaces", "3", "--connections", "2", "--settle", "0s", "--json", jsonPath)
+	cmd := exec.Command(binary, append([]string{"bench", "density", "--json", jsonPath}, args...)...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("bench density --cluster 3: %v\nstdout:\n%s\nstderr:\n%s", err, out, stderr.String())
+		t.Fatalf("bench density %v: %v\nstdout:\n%s\nstderr:\n%s", args, err, out, stderr.String())
 	}
 	b, err := os.ReadFile(jsonPath)
 	if err != nil {
@@ -83,10 +80,5 @@ func TestBenchDensityOnACluster(t *testing.T) {
 	if err := json.Unmarshal(b, &rep); err != nil {
 		t.Fatalf("--json: %v\n%s", err, b)
 	}
-	if rep.Cluster != 3 || rep.Replicas != 3 || len(rep.Levels) != 1 || rep.Levels[0].Restart.Serving <= 0 || rep.Levels[0].Idle.RSSMiB <= 0 {
-		t.Fatalf("cluster %d, replicas %d, levels %+v", rep.Cluster, rep.Replicas, rep.Levels)
-	}
-	if !strings.Contains(string(out), "3 local nats-server processes, every stream and bucket with 3 replicas") {
-		t.Errorf("table:\n%s", out)
-	}
+	return rep, out
 }
