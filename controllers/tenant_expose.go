@@ -61,6 +61,10 @@ type exposeObservation struct {
 	// ingressName names the Ingress when it is not named like the bus: a
 	// pooled Tenant's is in its pool's namespace.
 	ingressName string
+	// conflict is a route name taken by an object the Tenant does not
+	// control: a pooled Tenant reports it in Exposed, since its bus, the
+	// pool, serves it all the same.
+	conflict error
 }
 
 // +kubebuilder:rbac:groups=gateway.networking.k8s.io,resources=httproutes,verbs=get;list;watch;create;patch;delete
@@ -178,6 +182,10 @@ func externalEndpoint(t *v1alpha1.Tenant) string {
 // exposedCondition is the Exposed condition o decides for t.
 func exposedCondition(t *v1alpha1.Tenant, o *exposeObservation) metav1.Condition {
 	prefix := v1alpha1.TenantPathPrefix(t.EffectiveWorkspaceID())
+	if o.conflict != nil {
+		return cond(v1alpha1.ConditionExposed, metav1.ConditionFalse, v1alpha1.ReasonNameConflict,
+			"%v; rename or delete it: the operator never adopts an object it did not make", o.conflict)
+	}
 	if t.Spec.Expose.Ingress != nil {
 		if o.ingress != nil {
 			for _, lb := range o.ingress.Status.LoadBalancer.Ingress {

@@ -269,5 +269,7 @@ func (r *TenantWorkloadReconciler) reconcilePooledExpose(ctx context.Context, t 
 	}
 	ws := &workloadScope{tenant: t}
 	err := r.reconcileHTTPRoute(ctx, ws, pooledRouteFront(t, p), placed)
+	// A name conflict stops nothing else on a pool: Exposed says it.
+	ws.expose.conflict = ws.conflict
 	return ws.expose, err
 }

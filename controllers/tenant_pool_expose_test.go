@@ -108,6 +108,29 @@ func TestPooledTenantExposesItsOwnHost(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// A route of the pooled Tenant's name that someone else made is not
+	// taken over: Exposed says so, and the pool serves the workspace all
+	// the same.
+	squat := &gatewayv1.HTTPRoute{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "squat-bus"},
+		Spec: gatewayv1.HTTPRouteSpec{Hostnames: []gatewayv1.Hostname{"someone.example.com"}}}
+	create(t, squat)
+	create(t, newTenant(ns, "squat", onPool, func(tn *v1alpha1.Tenant) {
+		tn.Spec.Expose = &v1alpha1.TenantExpose{Gateway: &v1alpha1.GatewayExpose{Hostnames: []string{"squat.example.com"}}}
+	}))
+	sq := &v1alpha1.Tenant{}
+	waitCondition(t, ns, "squat", sq, tenantGen, v1alpha1.ConditionExposed, metav1.ConditionFalse, v1alpha1.ReasonNameConflict)
+	if c := findCondition(sq.Status.Conditions, v1alpha1.ConditionExposed); !strings.Contains(c.Message, "squat-bus") {
+		t.Errorf("Exposed %q: want the HTTPRoute named", c.Message)
+	}
+	waitCondition(t, ns, "squat", sq, tenantGen, v1alpha1.ConditionPoolReady, metav1.ConditionTrue, v1alpha1.ReasonPlaced)
+	mustGet(t, ns, "squat-bus", squat)
+	if len(squat.Spec.Hostnames) != 1 || squat.Spec.Hostnames[0] != "someone.example.com" || metav1.GetControllerOf(squat) != nil {
+		t.Errorf("the squatted route was changed: %+v, controller %+v", squat.Spec, metav1.GetControllerOf(squat))
+	}
+	if err := k8s.Delete(ctx, newTenant(ns, "squat")); err != nil {
+		t.Fatal(err)
+	}
+
 	// The pool stops admitting the Tenant's namespace: its grant goes, so
 	// its route no longer reaches the pool.
 	update(t, poolNS, "shared", &v1alpha1.BusPool{}, func(p *v1alpha1.BusPool) {
