@@ -375,8 +375,7 @@ func (s *busPoolScope) setStatus(clusterDomain string) {
 		cs = append(cs, cond(v1alpha1.ConditionClusterReady, metav1.ConditionTrue, v1alpha1.ReasonClusterConnected, "%s", s.health))
 	}
 	if s.conflict != nil {
-		cs = append(cs, cond(v1alpha1.ConditionAvailable, metav1.ConditionFalse, v1alpha1.ReasonNameConflict,
-			"%v; rename or delete it: the operator never adopts an object it did not make", s.conflict))
+		cs = append(cs, nameConflictCondition(v1alpha1.ConditionAvailable, s.conflict))
 	} else if s.observed {
 		p.Status.Tenants = s.tenants
 		p.Status.ReplicaStatuses = replicaStatuses(s.pods, s.client)

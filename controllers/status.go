@@ -30,6 +30,13 @@ func cond(typ string, status metav1.ConditionStatus, reason, format string, args
 	return metav1.Condition{Type: typ, Status: status, Reason: reason, Message: fmt.Sprintf(format, args...)}
 }
 
+// nameConflictCondition is condition typ False for conflict, a name taken
+// by an object the operator did not make.
+func nameConflictCondition(typ string, conflict error) metav1.Condition {
+	return cond(typ, metav1.ConditionFalse, v1alpha1.ReasonNameConflict,
+		"%v; rename or delete it: the operator never adopts an object it did not make", conflict)
+}
+
 // setConditions sets each of cs (keeping the transition time of one whose
 // status did not change) and then Ready, summarised from the types in
 // order, all stamped with generation gen.

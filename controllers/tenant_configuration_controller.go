@@ -117,8 +117,7 @@ func (s *configurationScope) setStatus() {
 	t := s.tenant
 	switch {
 	case s.conflict != nil:
-		setCondition(t, cond(v1alpha1.ConditionConfigurationValid, metav1.ConditionFalse, v1alpha1.ReasonNameConflict,
-			"%v; rename or delete it: the operator never adopts an object it did not make", s.conflict))
+		setCondition(t, nameConflictCondition(v1alpha1.ConditionConfigurationValid, s.conflict))
 	case s.compileErr != nil && t.Status.ConfigHash != "":
 		setCondition(t, cond(v1alpha1.ConditionConfigurationValid, metav1.ConditionFalse, v1alpha1.ReasonInvalidConfiguration,
 			"%v; the ConfigMap keeps the last valid configuration %s", s.compileErr, t.Status.ConfigHash))

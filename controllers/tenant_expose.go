@@ -183,8 +183,7 @@ func externalEndpoint(t *v1alpha1.Tenant) string {
 func exposedCondition(t *v1alpha1.Tenant, o *exposeObservation) metav1.Condition {
 	prefix := v1alpha1.TenantPathPrefix(t.EffectiveWorkspaceID())
 	if o.conflict != nil {
-		return cond(v1alpha1.ConditionExposed, metav1.ConditionFalse, v1alpha1.ReasonNameConflict,
-			"%v; rename or delete it: the operator never adopts an object it did not make", o.conflict)
+		return nameConflictCondition(v1alpha1.ConditionExposed, o.conflict)
 	}
 	if t.Spec.Expose.Ingress != nil {
 		if o.ingress != nil {
