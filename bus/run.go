@@ -13,6 +13,7 @@ import (
 
 	config "github.com/storybus/storybus/api/config/v1alpha1"
 	"github.com/storybus/storybus/bus/store"
+	"github.com/storybus/storybus/bus/tlsconfig"
 )
 
 // RunOptions say how Run starts a bus: its store and its workspaces.
@@ -161,6 +162,10 @@ func everyWorkspaceServed(ctx context.Context, st *store.Store, srv *Server, log
 	return true
 }
 
+// Hosts is where the workspaces' own key pairs are presented; nil on a
+// bus serving plain HTTP.
+func (s *Server) Hosts() *tlsconfig.Hosts { return s.opts.Hosts }
+
 // Store is the store the bus serves from.
 func (s *Server) Store() *store.Store { return s.opts.Store }
 
@@ -188,6 +193,9 @@ func (s *Server) Remove(_ context.Context, id string) {
 	delete(next, id)
 	s.workspaces.Store(&next)
 	s.mu.Unlock()
+	if s.opts.Hosts != nil {
+		s.opts.Hosts.Remove(id)
+	}
 	ws.core.Wait()
 	ws.limiter.Wait()
 	s.log.Info("stopped serving workspace", "workspace", id)

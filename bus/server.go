@@ -7,6 +7,7 @@ package bus
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"hash/fnv"
 	"log/slog"
@@ -25,6 +26,7 @@ import (
 	"github.com/storybus/storybus/bus/limits"
 	"github.com/storybus/storybus/bus/publish"
 	"github.com/storybus/storybus/bus/store"
+	"github.com/storybus/storybus/bus/tlsconfig"
 	"github.com/storybus/storybus/policy"
 )
 
@@ -55,6 +57,10 @@ type Options struct {
 	// the process serves the same workspaces. Snapshots are then published
 	// without the store's compare-and-swap (publish.Options.SoleWriter).
 	SoleWriter bool
+	// Hosts, when the bus serves HTTPS, is where the key pairs workspaces
+	// bring of their own (config.Workspace.TLS) are presented by host
+	// name; nil on a bus serving plain HTTP, which refuses them.
+	Hosts *tlsconfig.Hosts
 	// WithoutPolicy skips the workspace policy (stages 4, 5, 9 and 12 accept
 	// everything, no limits): for measuring what the policy costs, never
 	// for serving.
@@ -217,6 +223,17 @@ func (s *Server) Apply(ctx context.Context, cfg *config.Workspace) error {
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("workspace %q: %w", cfg.ID, err)
 	}
+	var pair *tls.Certificate
+	if cfg.TLS != nil {
+		if s.opts.Hosts == nil {
+			return fmt.Errorf("workspace %q: tls: it brings a key pair of its own, and this bus serves plain HTTP", cfg.ID)
+		}
+		p, err := cfg.TLS.KeyPair()
+		if err != nil {
+			return fmt.Errorf("workspace %q: tls: %w", cfg.ID, err)
+		}
+		pair = &p
+	}
 	l := s.applyLock(cfg.ID)
 	l.Lock()
 	defer l.Unlock()
@@ -225,7 +242,22 @@ func (s *Server) Apply(ctx context.Context, cfg *config.Workspace) error {
 		return err
 	}
 	s.swapIn(ws, cfg, added)
+	s.presentKeyPair(cfg, pair)
 	return nil
+}
+
+// presentKeyPair presents the workspace's own key pair for its host
+// names, or stops presenting one it no longer has.
+func (s *Server) presentKeyPair(cfg *config.Workspace, pair *tls.Certificate) {
+	switch {
+	case s.opts.Hosts == nil:
+	case pair == nil:
+		s.opts.Hosts.Remove(cfg.ID)
+	default:
+		if contested := s.opts.Hosts.Set(cfg.ID, pair, cfg.TLS.Hosts); len(contested) > 0 {
+			s.log.Warn("another workspace claims host names of this workspace's key pair: neither pair is presented for them", "workspace", cfg.ID, "hosts", contested)
+		}
+	}
 }
 
 // applyStripes is how many workspaces' Apply can run at once, at most.

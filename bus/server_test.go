@@ -21,6 +21,7 @@ import (
 	config "github.com/storybus/storybus/api/config/v1alpha1"
 	"github.com/storybus/storybus/bus"
 	"github.com/storybus/storybus/bus/publish"
+	"github.com/storybus/storybus/internal/certgen"
 	"github.com/storybus/storybus/internal/openapitest"
 	"github.com/storybus/storybus/internal/storetest"
 	"github.com/storybus/storybus/rules"
@@ -357,5 +358,28 @@ func expect(t *testing.T, a answer, status int, rule string) {
 	t.Helper()
 	if a.Status != status || a.rule() != rule {
 		t.Fatalf("got %d %q %s, want %d %q", a.Status, a.rule(), a.Raw, status, rule)
+	}
+}
+
+// TestPlainHTTPRefusesAWorkspacesKeyPair: a bus serving plain HTTP cannot
+// present a workspace's own key pair, so it refuses a configuration that
+// brings one, saying why, and serves the workspace's previous one.
+func TestPlainHTTPRefusesAWorkspacesKeyPair(t *testing.T) {
+	h := newHarness(t)
+	ca, err := certgen.NewCA("brand CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := ca.Sign(certgen.Leaf{CommonName: "news", Hosts: []string{"news.brand.example"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := workspaceConfig("newsroom")
+	cfg.TLS = &config.WorkspaceTLS{Certificate: string(p.CertPEM), Key: string(p.KeyPEM), Hosts: []string{"news.brand.example"}}
+	if err := h.srv.Apply(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), "serves plain HTTP") {
+		t.Fatalf("Apply: %v", err)
+	}
+	if got, ok := h.srv.Config("newsroom"); !ok || got.TLS != nil {
+		t.Fatal("the refused configuration replaced the one in force")
 	}
 }

@@ -123,13 +123,30 @@ func LoadClientCAs(file string) (*x509.CertPool, error) {
 
 // Server returns the publish port's TLS configuration: the pair's
 // certificate, TLS 1.2 or newer with Go's default (secure) cipher suites,
-// HTTP/2 preferred over HTTP/1.1. With clientCAs, a client may present a
-// certificate, which is then verified against them; a client without one
-// is still served (it authenticates with a secret instead).
-func Server(pair *KeyPair, clientCAs *x509.CertPool) *tls.Config {
+// HTTP/2 preferred over HTTP/1.1. With hosts, a client naming a host name
+// a workspace claims is presented that workspace's pair instead, unless
+// the bus's own pair covers the name: no workspace can stand in for the
+// bus's own names, which every workspace's producers may use. With
+// clientCAs, a client may present a certificate, which is then verified
+// against them; a client without one is still served (it authenticates
+// with a secret instead).
+func Server(pair *KeyPair, hosts *Hosts, clientCAs *x509.CertPool) *tls.Config {
+	get := pair.GetCertificate
+	if hosts != nil {
+		get = func(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
+			own := pair.cert.Load()
+			if hello.ServerName == "" || own.Leaf.VerifyHostname(hello.ServerName) == nil {
+				return own, nil
+			}
+			if c := hosts.Lookup(hello.ServerName); c != nil {
+				return c, nil
+			}
+			return own, nil
+		}
+	}
 	c := &tls.Config{
 		MinVersion:     tls.VersionTLS12,
-		GetCertificate: pair.GetCertificate,
+		GetCertificate: get,
 		NextProtos:     []string{"h2", "http/1.1"},
 	}
 	if clientCAs != nil {

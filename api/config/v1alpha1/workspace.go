@@ -111,6 +111,11 @@ type Workspace struct {
 	// publish request may ask for any answer of the publish routes with the
 	// Storybus-Sandbox-Answer header, which other workspaces refuse.
 	Sandbox bool `json:"sandbox,omitempty"`
+	// TLS is the workspace's own key pair, which a bus serving HTTPS
+	// presents, instead of its own, to a client that names one of its
+	// host names (SNI): a pool's replicas serve many workspaces and each
+	// may bring its own certificate.
+	TLS *WorkspaceTLS `json:"tls,omitempty"`
 
 	// ConfigHash, when set, is the hash the operator gave the document:
 	// the DocumentHash of its bytes before this field was added. It names
@@ -510,6 +515,11 @@ func (w *Workspace) Validate() error {
 		}
 		if c.SecretHash != "" && !secretHashPattern.MatchString(c.SecretHash) {
 			add("connections[%d].secretHash must be sha256: and 64 lower-case hex digits", i)
+		}
+	}
+	if w.TLS != nil {
+		if err := w.TLS.validate(); err != nil {
+			add("tls: %v", err)
 		}
 	}
 	return errors.Join(errs...)

@@ -292,6 +292,11 @@ func Serve(ctx context.Context, o ServeOptions, cfgs []*config.Workspace, log *s
 	}
 	bo := bus.Options{Faults: faults, TopicRetention: o.TopicRetention, Logger: log, AccessLog: access, TokenAttempts: &o.TokenAttempts, TrustedProxies: proxies, Consumers: &o.Consumers,
 		RequestConcurrency: o.RequestConcurrency, RefusalHold: o.RefusalHold}
+	if o.TLSCertFile != "" {
+		// Workspaces may bring key pairs of their own only to a bus that
+		// serves HTTPS.
+		bo.Hosts = tlsconfig.NewHosts()
+	}
 	if tp != nil {
 		bo.TracerProvider = tp
 		logTracingErrors(log)
@@ -487,7 +492,8 @@ func serveHTTP(ctx context.Context, o ServeOptions, cfgs []*config.Workspace, sr
 }
 
 // serverTLS returns the publish port's TLS configuration, or nil without
-// --tls-cert-file. The key pair is reloaded when its files change; a pair
+// --tls-cert-file: the bus's key pair, and the workspaces' own for their
+// host names. The bus's key pair is reloaded when its files change; a pair
 // that does not load is reported through the server like a rejected
 // configuration, and the previous one keeps serving.
 func serverTLS(ctx context.Context, o ServeOptions, srv *bus.Server, log *slog.Logger) (*tls.Config, error) {
@@ -516,7 +522,7 @@ func serverTLS(ctx context.Context, o ServeOptions, srv *bus.Server, log *slog.L
 	if err != nil {
 		return nil, err
 	}
-	return tlsconfig.Server(pair, clientCAs), nil
+	return tlsconfig.Server(pair, srv.Hosts(), clientCAs), nil
 }
 
 // parseProxies reads the trusted proxies: CIDRs, or single addresses.

@@ -348,3 +348,54 @@ func TestCommandsTrustTheCAFile(t *testing.T) {
 		t.Fatalf("a missing CA file: %d %q", code, errOut)
 	}
 }
+
+// TestServeTLSPresentsAWorkspacesOwnKeyPair serves a workspace that brings
+// its own key pair (a pooled Tenant's spec.tls): a client naming the
+// workspace's host name is presented that pair, verifies it against the
+// workspace's own authority and gets a token over it; every other name,
+// the bus's own among them, gets the bus's pair, even though the
+// workspace's certificate claims the bus's name too.
+func TestServeTLSPresentsAWorkspacesOwnKeyPair(t *testing.T) {
+	brandCA, err := certgen.NewCA("brand CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	brand, err := brandCA.Sign(certgen.Leaf{CommonName: "news.brand.example", Hosts: []string{"news.brand.example", "localhost"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := serveTLS(t, func(_ *tlsBus, _ *ServeOptions, w *config.Workspace) {
+		w.TLS = &config.WorkspaceTLS{Certificate: string(brand.CertPEM), Key: string(brand.KeyPEM),
+			Hosts: []string{"news.brand.example", "localhost"}}
+	})
+	brandRoots := x509.NewCertPool()
+	brandRoots.AppendCertsFromPEM(brandCA.CertPEM)
+
+	conn, err := tls.Dial("tcp", b.api, &tls.Config{RootCAs: brandRoots, ServerName: "news.brand.example"})
+	if err != nil {
+		t.Fatalf("the workspace's host name, verified against its own authority: %v", err)
+	}
+	if got := conn.ConnectionState().PeerCertificates[0].SerialNumber; got.Cmp(serialOf(t, brand)) != 0 {
+		t.Errorf("served serial %v, not the workspace's pair", got)
+	}
+	conn.Close()
+
+	for _, name := range []string{"localhost", "other.example", ""} {
+		conn, err := tls.Dial("tcp", b.api, &tls.Config{RootCAs: b.roots, ServerName: name, InsecureSkipVerify: name == "other.example"})
+		if err != nil {
+			t.Fatalf("SNI %q, the bus's own pair: %v", name, err)
+		}
+		if issuer := conn.ConnectionState().PeerCertificates[0].Issuer.CommonName; issuer != "storybus test CA" {
+			t.Errorf("SNI %q: served a certificate of %q, not the bus's own", name, issuer)
+		}
+		conn.Close()
+	}
+
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		TLSClientConfig:   &tls.Config{RootCAs: brandRoots, ServerName: "news.brand.example"},
+		ForceAttemptHTTP2: true,
+	}}
+	if tok, res := b.token(t, hc); tok == "" || res.ProtoMajor != 2 {
+		t.Errorf("token over the workspace's pair: %q over HTTP/%d", tok, res.ProtoMajor)
+	}
+}
