@@ -315,6 +315,22 @@ func (r *TenantPoolReconciler) claim(ctx context.Context, s *poolScope) (ctrl.Re
 	return ctrl.Result{}, terminal(errors.New(s.placed.Message))
 }
 
+// keyPairNote is what PoolReady says of the Tenant's own key pair: the
+// host names it is presented for, and those it is not.
+func keyPairNote(pair *config.WorkspaceTLS, taken []string) string {
+	var parts []string
+	if pair != nil {
+		parts = append(parts, "its key pair is presented for "+strings.Join(pair.Hosts, ", "))
+	}
+	if len(taken) > 0 {
+		parts = append(parts, "not for "+strings.Join(taken, ", ")+": the pool's key pair answers those")
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "; " + strings.Join(parts, "; ")
+}
+
 // placedOn reports whether t's document is in pool key's bucket.
 func placedOn(t *v1alpha1.Tenant, key types.NamespacedName) bool {
 	pl := t.Status.Pool
@@ -329,7 +345,15 @@ func (r *TenantPoolReconciler) place(ctx context.Context, s *poolScope) (ctrl.Re
 		s.notPlaced(v1alpha1.ReasonAwaitingConfiguration, "the workspace is placed on BusPool %s/%s once the Tenant has a valid configuration", s.pool.Namespace, s.pool.Name)
 		return ctrl.Result{}, errPhasesDone
 	}
-	doc, configHash, err := r.document(ctx, t)
+	pair, taken, err := r.keyPair(ctx, s)
+	switch {
+	case isNoKeyPair(err):
+		s.notPlaced(v1alpha1.ReasonKeyPairNotServed, "the workspace is placed on BusPool %s/%s once %v", s.pool.Namespace, s.pool.Name, err)
+		return ctrl.Result{}, errPhasesDone
+	case err != nil:
+		return ctrl.Result{}, err
+	}
+	doc, configHash, err := r.document(ctx, t, pair)
 	switch {
 	case errors.Is(err, errPhasesDone):
 		// The cache has not caught up with the configuration
@@ -368,9 +392,12 @@ func (r *TenantPoolReconciler) place(ctx context.Context, s *poolScope) (ctrl.Re
 		}
 	}
 	t.Status.Pool = &v1alpha1.PoolPlacement{Namespace: key.Namespace, Name: key.Name, DocumentHash: hash}
+	if pair != nil {
+		t.Status.Pool.HostNames = pair.Hosts
+	}
 	s.configHash, s.docHash = configHash, hash
 	c := cond(v1alpha1.ConditionPoolReady, metav1.ConditionTrue, v1alpha1.ReasonPlaced,
-		"configuration %s of workspace %s is in BusPool %s (document %s)", configHash, t.EffectiveWorkspaceID(), key, hash)
+		"configuration %s of workspace %s is in BusPool %s (document %s)%s", configHash, t.EffectiveWorkspaceID(), key, hash, keyPairNote(pair, taken))
 	s.placed = &c
 	return ctrl.Result{}, nil
 }
@@ -410,7 +437,7 @@ func (r *TenantPoolReconciler) put(ctx context.Context, pc *poolClient, ws strin
 // mounted volume). It returns the document and the configuration hash it
 // was compiled as. A document the cache cannot complete yet (the Secret
 // behind the ConfigMap) is errPhasesDone.
-func (r *TenantPoolReconciler) document(ctx context.Context, t *v1alpha1.Tenant) ([]byte, string, error) {
+func (r *TenantPoolReconciler) document(ctx context.Context, t *v1alpha1.Tenant, pair *config.WorkspaceTLS) ([]byte, string, error) {
 	cm := &corev1.ConfigMap{}
 	if err := r.Get(ctx, types.NamespacedName{Namespace: t.Namespace, Name: configMapName(t)}, cm); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -428,17 +455,19 @@ func (r *TenantPoolReconciler) document(ctx context.Context, t *v1alpha1.Tenant)
 	if !controlledBy(cm, t) || !controlledBy(sec, t) {
 		return nil, "", errPhasesDone
 	}
-	return poolDocument([]byte(cm.Data[ConfigFile]), sec.Data)
+	return poolDocument([]byte(cm.Data[ConfigFile]), sec.Data, pair)
 }
 
 // poolDocument turns a compiled configuration file and the files of the
 // Tenant's Secret it names (by key) into the pool's document: the files'
-// contents inline, so that a replica needs nothing but the document.
-func poolDocument(file []byte, files map[string][]byte) ([]byte, string, error) {
+// contents inline, so that a replica needs nothing but the document, and
+// the workspace's own key pair, if any.
+func poolDocument(file []byte, files map[string][]byte, pair *config.WorkspaceTLS) ([]byte, string, error) {
 	w, err := config.Decode(file)
 	if err != nil {
 		return nil, "", fmt.Errorf("the ConfigMap's configuration: %w", err)
 	}
+	w.TLS = pair
 	inline := func(path string) (string, bool) {
 		name, ok := strings.CutPrefix(path, ConfigDir+"/")
 		b, found := files[name]
@@ -756,7 +785,10 @@ func (r *TenantPoolReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return err
 	}
 	hasPoolLabel := builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetLabels()[LabelPool] != "" }))
-	b := ctrl.NewControllerManagedBy(mgr).
+	// The Secrets holding pooled Tenants' own key pairs.
+	b := r.Secrets.Watch(ctrl.NewControllerManagedBy(mgr), func(ctx context.Context, o client.Object) []reconcile.Request {
+		return requestsFor(o.GetNamespace(), tenantsOfKeyPairSecret(ctx, r.Client, o)...)
+	}, nil).
 		Named("tenant-pool").
 		For(&v1alpha1.Tenant{}, builder.WithPredicates(tenantReadinessChanged)).
 		Owns(&corev1.ConfigMap{}).
@@ -768,6 +800,7 @@ func (r *TenantPoolReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			return r.tenantsOf(ctx, types.NamespacedName{Namespace: o.GetNamespace(), Name: o.GetLabels()[LabelPool]}, "")
 		}), hasPoolLabel).
 		Watches(&v1alpha1.Tenant{}, handler.EnqueueRequestsFromMapFunc(r.sameWorkspaceOnPool), builder.WithPredicates(tenantPlacementChanged)).
+		Watches(&v1alpha1.Tenant{}, handler.EnqueueRequestsFromMapFunc(r.keyPairTenantsOnPool), builder.WithPredicates(tenantHostNamesChanged)).
 		WatchesRawSource(source.Channel(r.Pools.tenantEvents, handler.TypedEnqueueRequestsFromMapFunc(func(ctx context.Context, ev poolEvent) []reconcile.Request {
 			return r.tenantsOf(ctx, ev.pool, ev.workspace)
 		})))

@@ -21,7 +21,7 @@ import (
 // a ReferenceGrant of the pool's letting it reach the pool's Service in
 // the pool's namespace; an ingress expose is an Ingress in the pool's
 // namespace. Each goes when the expose changes, and when the Tenant does.
-// A pooled Tenant's own spec.tls is refused: the pool's key pair serves.
+// A pooled Tenant's issuerRef with no name to certify is refused.
 func TestPooledTenantExposesItsOwnHost(t *testing.T) {
 	nats, _ := startPoolCluster(t)
 	poolNS, ns := newNamespace(t), newNamespace(t)
@@ -35,10 +35,10 @@ func TestPooledTenantExposesItsOwnHost(t *testing.T) {
 	}
 
 	err := k8s.Create(ctx, newTenant(ns, "keyed", onPool, func(tn *v1alpha1.Tenant) {
-		tn.Spec.TLS = &v1alpha1.TenantTLS{SecretName: "brand-tls"}
+		tn.Spec.TLS = &v1alpha1.TenantTLS{IssuerRef: &v1alpha1.IssuerReference{Name: "brands"}}
 	}))
-	if err == nil || !strings.Contains(err.Error(), "a pooled Tenant is served over TLS with its pool's key pair") {
-		t.Errorf("a pooled Tenant with its own spec.tls: %v, want refused by the API server", err)
+	if err == nil || !strings.Contains(err.Error(), "a pooled Tenant has no Service of its own") {
+		t.Errorf("a pooled Tenant with an issuerRef and no name to certify: %v, want refused by the API server", err)
 	}
 
 	create(t, newTenant(ns, "brand", onPool, func(tn *v1alpha1.Tenant) {

@@ -28,6 +28,7 @@ import (
 	"github.com/storybus/storybus/bus"
 	"github.com/storybus/storybus/bus/pool"
 	"github.com/storybus/storybus/bus/store"
+	"github.com/storybus/storybus/bus/tlsconfig"
 )
 
 // poolReplica is one replica of a pool run in this process as serve
@@ -48,7 +49,9 @@ func startPoolReplica(t *testing.T, natsURL, poolName, name string) *poolReplica
 	done := make(chan error, 1)
 	log := slog.New(slog.DiscardHandler)
 	go func() {
-		done <- bus.Run(ctx, bus.RunOptions{NATSURL: natsURL, Replicas: 1, Bus: bus.Options{Logger: log, RequestTimeout: 10 * time.Second}},
+		// Hosts: the replica takes the workspaces' own key pairs, as one
+		// serving HTTPS does (its publish API here is plain HTTP).
+		done <- bus.Run(ctx, bus.RunOptions{NATSURL: natsURL, Replicas: 1, Bus: bus.Options{Logger: log, RequestTimeout: 10 * time.Second, Hosts: tlsconfig.NewHosts()}},
 			func(ctx context.Context, srv *bus.Server) error {
 				p, err := pool.Open(ctx, srv.Store().JS, poolName, 1)
 				if err != nil {
@@ -533,7 +536,7 @@ configHash: sha256:compiled
 		"iam.cms.secretAccessKey":   []byte("wJalrXUtnFEMI/K7MDENG\n"),
 		"iam.other.secretAccessKey": []byte("not named"),
 	}
-	doc, hash, err := poolDocument(file, files)
+	doc, hash, err := poolDocument(file, files, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -547,7 +550,7 @@ configHash: sha256:compiled
 		t.Errorf("document %s (hash %s)", doc, hash)
 	}
 	delete(files, "iam.cms.secretAccessKey")
-	if _, _, err := poolDocument(file, files); !errors.Is(err, errPhasesDone) {
+	if _, _, err := poolDocument(file, files, nil); !errors.Is(err, errPhasesDone) {
 		t.Errorf("a key file the Secret lacks: %v, want to wait for it", err)
 	}
 }

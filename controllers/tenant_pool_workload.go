@@ -31,15 +31,24 @@ import (
 // NetworkPolicy and Ingress; its volumes stay, and serve it again if it
 // comes back to a bus of its own). Its own spec.expose sends its path to
 // the pool (tenant_pool_expose.go), and its externalEndpoint is that
-// route's, or the pool's, with the workspace's path. The conditions that
-// describe a bus of its own are removed.
+// route's, or the pool's, with the workspace's path. Its own key pair
+// (spec.tls) is judged, and its Certificate written, as for a bus of its
+// own (the pool controller carries the pair to the replicas); the
+// conditions that describe only a bus of its own are removed.
 func (r *TenantWorkloadReconciler) reconcilePooled(ctx context.Context, t *v1alpha1.Tenant) (_ ctrl.Result, err error) {
 	before := t.DeepCopy()
 	defer func() {
 		err = errors.Join(err, workloadStatus.write(ctx, r.Client, r.Recorder, t, before))
 	}()
-	for _, typ := range []string{v1alpha1.ConditionCertificateReady, v1alpha1.ConditionVolumeExpansion, v1alpha1.ConditionMonitored} {
+	for _, typ := range []string{v1alpha1.ConditionVolumeExpansion, v1alpha1.ConditionMonitored} {
 		meta.RemoveStatusCondition(&t.Status.Conditions, typ)
+	}
+	// Its own key pair, which the replicas present for its host names:
+	// the Certificate written, or the provided Secret judged, as for a
+	// bus of its own.
+	tlsRes, err := r.reconcileTLS(ctx, &workloadScope{tenant: t})
+	if err != nil {
+		return ctrl.Result{}, err
 	}
 	if c := meta.FindStatusCondition(t.Status.Conditions, v1alpha1.ConditionAvailable); c != nil && isConflict(*c) {
 		meta.RemoveStatusCondition(&t.Status.Conditions, v1alpha1.ConditionAvailable)
@@ -54,7 +63,7 @@ func (r *TenantWorkloadReconciler) reconcilePooled(ctx context.Context, t *v1alp
 	o, err := r.reconcilePooledExpose(ctx, t, p)
 	applyExposeStatus(t, o)
 	t.Status.ExternalEndpoint = pooledExternalEndpoint(t, p)
-	return ctrl.Result{}, err
+	return tlsRes, err
 }
 
 // poolOf is the BusPool t names; nil when it is not there.

@@ -102,16 +102,25 @@ func exposedHostnames(t *v1alpha1.Tenant) []string {
 }
 
 // certificateDNSNames are the names the Certificate covers: the bus
-// Service's in-cluster names, then spec.tls.dnsNames.
+// Service's in-cluster names, then spec.tls.dnsNames and the host names of
+// spec.expose. A pooled Tenant has no Service of its own: only the names
+// it is given.
 func certificateDNSNames(t *v1alpha1.Tenant, clusterDomain string) []string {
-	svc := busName(t)
-	names := []string{svc, svc + "." + t.Namespace, svc + "." + t.Namespace + ".svc", svc + "." + t.Namespace + ".svc." + clusterDomain}
+	var names []string
+	if t.Spec.Pool == nil {
+		names = serviceDNSNames(busName(t), t.Namespace, clusterDomain)
+	}
 	for _, n := range append(slices.Clone(t.Spec.TLS.DNSNames), exposedHostnames(t)...) {
 		if !slices.Contains(names, n) {
 			names = append(names, n)
 		}
 	}
 	return names
+}
+
+// serviceDNSNames are the in-cluster names of Service svc of namespace ns.
+func serviceDNSNames(svc, ns, clusterDomain string) []string {
+	return []string{svc, svc + "." + ns, svc + "." + ns + ".svc", svc + "." + ns + ".svc." + clusterDomain}
 }
 
 // desiredCertificate is the cert-manager Certificate of an issuerRef
@@ -129,19 +138,23 @@ func desiredCertificate(t *v1alpha1.Tenant, clusterDomain string) *unstructured.
 	for _, n := range certificateDNSNames(t, clusterDomain) {
 		names = append(names, n)
 	}
-	u := &unstructured.Unstructured{Object: map[string]any{
-		"spec": map[string]any{
-			"secretName": tlsSecretName(t),
-			"commonName": busName(t) + "." + t.Namespace + ".svc",
-			"dnsNames":   names,
-			"usages":     []any{"server auth"},
-			"privateKey": map[string]any{"algorithm": "ECDSA", "size": int64(256), "rotationPolicy": "Always"},
-			"secretTemplate": map[string]any{
-				"labels": map[string]any{LabelTenant: t.Name},
-			},
-			"issuerRef": map[string]any{"name": ref.Name, "kind": kind, "group": group},
+	spec := map[string]any{
+		"secretName": tlsSecretName(t),
+		"dnsNames":   names,
+		"usages":     []any{"server auth"},
+		"privateKey": map[string]any{"algorithm": "ECDSA", "size": int64(256), "rotationPolicy": "Always"},
+		"secretTemplate": map[string]any{
+			"labels": map[string]any{LabelTenant: t.Name},
 		},
-	}}
+		"issuerRef": map[string]any{"name": ref.Name, "kind": kind, "group": group},
+	}
+	if t.Spec.Pool == nil {
+		// A pooled Tenant's names are its own host names, which may be
+		// longer than a common name may be: its certificate names them
+		// in dnsNames only.
+		spec["commonName"] = busName(t) + "." + t.Namespace + ".svc"
+	}
+	u := &unstructured.Unstructured{Object: map[string]any{"spec": spec}}
 	u.SetGroupVersionKind(certificateGVK)
 	setTenantMetadata(u, t, tlsSecretName(t), tenantLabels(t))
 	return u
@@ -229,8 +242,12 @@ func (r *TenantWorkloadReconciler) providedSecretCondition(ctx context.Context, 
 	err := r.Secrets.Get(ctx, types.NamespacedName{Namespace: t.Namespace, Name: name}, sec)
 	switch {
 	case apierrors.IsNotFound(err):
+		waiting := "the bus pods wait for it"
+		if t.Spec.Pool != nil {
+			waiting = "the workspace is placed on its pool once it does"
+		}
 		return cond(v1alpha1.ConditionCertificateReady, metav1.ConditionFalse, v1alpha1.ReasonTLSSecretInvalid,
-			"Secret %s of spec.tls.secretName does not exist: the bus pods wait for it", name), ctrl.Result{}, nil
+			"Secret %s of spec.tls.secretName does not exist: %s", name, waiting), ctrl.Result{}, nil
 	case err != nil:
 		return metav1.Condition{}, ctrl.Result{}, fmt.Errorf("get tls secret %s: %w", name, err)
 	}
@@ -322,9 +339,9 @@ func (r *TenantWorkloadReconciler) certificateStatusCondition(t *v1alpha1.Tenant
 }
 
 // tenantsOfTLSSecret maps a provided TLS Secret to the Tenants naming it.
-func (r *TenantWorkloadReconciler) tenantsOfTLSSecret(ctx context.Context, o client.Object) []string {
+func tenantsOfTLSSecret(ctx context.Context, c client.Reader, o client.Object) []string {
 	var l v1alpha1.TenantList
-	if err := r.List(ctx, &l, client.InNamespace(o.GetNamespace()), client.MatchingFields{indexTLSSecretName: o.GetName()}); err != nil {
+	if err := c.List(ctx, &l, client.InNamespace(o.GetNamespace()), client.MatchingFields{indexTLSSecretName: o.GetName()}); err != nil {
 		return nil
 	}
 	names := make([]string, 0, len(l.Items))

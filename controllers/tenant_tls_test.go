@@ -196,6 +196,26 @@ func TestTenantTLSCertManager(t *testing.T) {
 	if msg := findCondition(tn.Status.Conditions, v1alpha1.ConditionCertificateReady).Message; !strings.Contains(msg, notAfter.Format(time.RFC3339)) {
 		t.Errorf("CertificateReady %q does not give notAfter %s", msg, notAfter.Format(time.RFC3339))
 	}
+
+	// A pooled Tenant has no Service of its own: its Certificate covers
+	// its own names only, with no common name (a host name may be longer
+	// than one may be).
+	create(t, newTenant(ns, "pooled", func(tn *v1alpha1.Tenant) {
+		tn.Spec.Pool = &v1alpha1.PoolReference{Name: "shared"}
+		tn.Spec.TLS = &v1alpha1.TenantTLS{
+			IssuerRef: &v1alpha1.IssuerReference{Name: "newsroom-ca", Kind: "ClusterIssuer"},
+			DNSNames:  []string{"news.pooled.example"},
+		}
+	}))
+	pooled := &unstructured.Unstructured{}
+	pooled.SetGroupVersionKind(certificateGVK)
+	eventually(t, "Certificate pooled-tls", func() error { return get(ns, "pooled-tls", pooled) })
+	if names, _, _ := unstructured.NestedStringSlice(pooled.Object, "spec", "dnsNames"); !slices.Equal(names, []string{"news.pooled.example"}) {
+		t.Errorf("a pooled Tenant's dnsNames %v, want only its own name", names)
+	}
+	if cn, found, _ := unstructured.NestedString(pooled.Object, "spec", "commonName"); found {
+		t.Errorf("a pooled Tenant's Certificate has commonName %q", cn)
+	}
 }
 
 // eventuallyAfterRecheck waits longer than eventually: the operator looks

@@ -279,7 +279,7 @@ func (r *TenantWorkloadReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return err
 	}
 	b := r.Secrets.Watch(ctrl.NewControllerManagedBy(mgr).Named("tenant-workload"), func(ctx context.Context, o client.Object) []reconcile.Request {
-		return requestsFor(o.GetNamespace(), r.tenantsOfTLSSecret(ctx, o)...)
+		return requestsFor(o.GetNamespace(), tenantsOfTLSSecret(ctx, r.Client, o)...)
 	}, nil)
 	if r.gatewayAPI {
 		// Its status is the Exposed condition.

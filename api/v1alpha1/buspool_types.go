@@ -302,14 +302,22 @@ type PoolPlacement struct {
 	// inline.
 	// +optional
 	DocumentHash string `json:"documentHash,omitempty"`
+	// HostNames are the host names the replicas present the Tenant's own
+	// key pair for (spec.tls): those of its certificate that no older
+	// Tenant on the pool holds and that are not the pool Service's.
+	// +kubebuilder:validation:MaxItems=32
+	// +listType=set
+	// +optional
+	HostNames []string `json:"hostNames,omitempty"`
 }
 
 // ConditionPoolReady is a pooled Tenant's condition: True with reason
 // Placed when its workspace's document is in its pool's bucket; False when
 // the pool does not exist (PoolNotFound), does not admit the Tenant's
 // namespace (NamespaceNotAllowed), cannot be reached (PoolUnreachable),
-// serves the workspace id for another Tenant (WorkspaceConflict), or
-// refused the write (PoolWriteFailed). Absent on a dedicated Tenant.
+// serves the workspace id for another Tenant (WorkspaceConflict), cannot
+// present the Tenant's own key pair (KeyPairNotServed), or refused the
+// write (PoolWriteFailed). Absent on a dedicated Tenant.
 const ConditionPoolReady = "PoolReady"
 
 // ConditionClusterReady is a BusPool's condition: True when the operator
@@ -336,6 +344,10 @@ const (
 	// workspace's document and serves the previous one (or none); the
 	// message has the replica's error.
 	ReasonConfigurationRefused = "ConfigurationRefused"
+	// ReasonKeyPairNotServed: the Tenant has a key pair of its own
+	// (spec.tls) that its pool cannot present yet: not in its Secret,
+	// not a usable pair, or the pool serves plain HTTP.
+	ReasonKeyPairNotServed = "KeyPairNotServed"
 	// ReasonClusterConnected: the operator reaches the pool's NATS
 	// cluster and its buckets.
 	ReasonClusterConnected = "ClusterConnected"

@@ -31,7 +31,7 @@ const (
 //
 // +kubebuilder:validation:XValidation:rule="has(self.workspaceID) == has(oldSelf.workspaceID)",message="workspaceID is immutable: it can be neither set nor removed after creation"
 // +kubebuilder:validation:XValidation:rule="!has(self.storage) || !has(self.storage.embedded) || !has(self.replicas) || self.replicas <= 1",message="embedded storage serves one replica; use storage.external to run more"
-// +kubebuilder:validation:XValidation:rule="!has(self.pool) || !has(self.tls)",message="a pooled Tenant is served over TLS with its pool's key pair (the BusPool's spec.tls): remove spec.tls, or spec.pool"
+// +kubebuilder:validation:XValidation:rule="!has(self.pool) || !has(self.tls) || !has(self.tls.issuerRef) || has(self.tls.dnsNames) || has(self.expose)",message="a pooled Tenant has no Service of its own: with spec.tls.issuerRef its certificate covers spec.tls.dnsNames and the host names of spec.expose, so set one of them"
 type TenantSpec struct {
 	// WorkspaceID is the workspace id: the {t} of every route, the audience
 	// of its tokens, and part of its stream and bucket names. Default: the
@@ -122,7 +122,10 @@ type TenantSpec struct {
 	DeletionPolicy DeletionPolicy `json:"deletionPolicy,omitempty"`
 
 	// TLS has the bus serve HTTPS on its publish port, with a provided
-	// Secret or a cert-manager Certificate. Unset: plain HTTP.
+	// Secret or a cert-manager Certificate. Unset: plain HTTP. On a pool,
+	// whose replicas serve HTTPS with the pool's key pair, the Tenant's
+	// pair is presented to the clients that name one of its certificate's
+	// host names (SNI).
 	// +optional
 	TLS *TenantTLS `json:"tls,omitempty"`
 

@@ -1,0 +1,176 @@
+package controllers
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"math/big"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	config "github.com/storybus/storybus/api/config/v1alpha1"
+	"github.com/storybus/storybus/api/v1alpha1"
+	"github.com/storybus/storybus/bus/pool"
+	"github.com/storybus/storybus/internal/certgen"
+)
+
+// TestPooledTenantBringsItsOwnKeyPair: a pooled Tenant with spec.tls has
+// its key pair carried in its workspace's document to the replicas, which
+// present it for its certificate's host names. It waits, saying why, for
+// its Secret and on a pool serving plain HTTP; it never gets the pool
+// Service's name, nor one an older Tenant on the pool holds; a renewed
+// pair reaches the replica; and once the holder of a name is deleted, the
+// next Tenant claiming it gets it.
+func TestPooledTenantBringsItsOwnKeyPair(t *testing.T) {
+	nats, st := startPoolCluster(t)
+	ns := newNamespace(t)
+	ctx := context.Background()
+	create(t, newBusPool(ns, "shared", nats.ClientURL(), func(p *v1alpha1.BusPool) {
+		p.Spec.TLS = &v1alpha1.BusPoolTLS{SecretName: "shared-pool-tls"}
+	}))
+	create(t, newBusPool(ns, "plain", nats.ClientURL()))
+	waitCondition(t, ns, "shared", &v1alpha1.BusPool{}, busPoolGen, v1alpha1.ConditionClusterReady, metav1.ConditionTrue, v1alpha1.ReasonClusterConnected)
+	poolName := ns + "_shared"
+	replica := startPoolReplica(t, nats.ClientURL(), poolName, "shared-pool-0")
+	startFakePoolPod(t, ns, "shared", "shared-pool-0")
+	sp, err := pool.Open(ctx, st.JS, poolName, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := certgen.NewCA("brands CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyPairSecret := func(name string, hosts ...string) (*corev1.Secret, *big.Int) {
+		t.Helper()
+		p, err := ca.Sign(certgen.Leaf{CommonName: hosts[0], Hosts: hosts})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, _ := tls.X509KeyPair(p.CertPEM, p.KeyPEM)
+		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Type: corev1.SecretTypeTLS,
+			Data: map[string][]byte{corev1.TLSCertKey: p.CertPEM, corev1.TLSPrivateKeyKey: p.KeyPEM}}, c.Leaf.SerialNumber
+	}
+	presented := func(host string) *big.Int {
+		if c := replica.srv.Hosts().Lookup(host); c != nil {
+			return c.Leaf.SerialNumber
+		}
+		return nil
+	}
+	poolReady := func(name string) *metav1.Condition {
+		tn := &v1alpha1.Tenant{}
+		if err := get(ns, name, tn); err != nil {
+			return nil
+		}
+		return findCondition(tn.Status.Conditions, v1alpha1.ConditionPoolReady)
+	}
+	hostNames := func(name string) []string {
+		tn := &v1alpha1.Tenant{}
+		if err := get(ns, name, tn); err != nil || tn.Status.Pool == nil {
+			return nil
+		}
+		return tn.Status.Pool.HostNames
+	}
+	onPool := func(pool string) func(*v1alpha1.Tenant) {
+		return func(tn *v1alpha1.Tenant) {
+			tn.Spec.Pool = &v1alpha1.PoolReference{Name: pool}
+			tn.Spec.TLS = &v1alpha1.TenantTLS{SecretName: tn.Name + "-pair"}
+		}
+	}
+
+	// No Secret yet: not placed, and the condition says so.
+	create(t, newTenant(ns, "brand", onPool("shared")))
+	eventually(t, "brand waits for its key pair", func() error {
+		if c := poolReady("brand"); c == nil || c.Reason != v1alpha1.ReasonKeyPairNotServed || !strings.Contains(c.Message, "Secret brand-pair") {
+			return fmt.Errorf("PoolReady %+v", c)
+		}
+		return nil
+	})
+	serviceName := "shared-pool." + ns + ".svc"
+	sec, brandSerial := keyPairSecret("brand-pair", "news.brand.example", serviceName)
+	create(t, sec)
+	eventually(t, "the replica presents brand's pair for its host name only", func() error {
+		if got := hostNames("brand"); !slices.Equal(got, []string{"news.brand.example"}) {
+			return fmt.Errorf("status.pool.hostNames %v", got)
+		}
+		if got := presented("news.brand.example"); got == nil || got.Cmp(brandSerial) != 0 {
+			return fmt.Errorf("presented %v for news.brand.example", got)
+		}
+		return nil
+	})
+	if presented(serviceName) != nil {
+		t.Errorf("a Tenant's pair is presented for the pool Service's name %s", serviceName)
+	}
+	if c := poolReady("brand"); c == nil || c.Status != metav1.ConditionTrue || !strings.Contains(c.Message, "not for "+serviceName+" (the pool Service's)") {
+		t.Errorf("PoolReady %+v: want the pool Service's name named as not presented", c)
+	}
+	e, err := sp.Documents.Get(ctx, "brand")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := config.Parse(e.Value())
+	if err != nil || doc.TLS == nil || doc.TLS.Key == "" {
+		t.Fatalf("the document carries no key pair: %v", err)
+	}
+	waitCondition(t, ns, "brand", &v1alpha1.Tenant{}, tenantGen, v1alpha1.ConditionCertificateReady, metav1.ConditionTrue, v1alpha1.ReasonCertificateIssued)
+
+	// A younger Tenant claiming brand's name gets only its own.
+	time.Sleep(1100 * time.Millisecond) // a later creation second
+	rivalSec, rivalSerial := keyPairSecret("rival-pair", "news.brand.example", "rival.brand.example")
+	create(t, rivalSec)
+	create(t, newTenant(ns, "rival", onPool("shared")))
+	eventually(t, "rival gets its own name, not brand's", func() error {
+		if got := hostNames("rival"); !slices.Equal(got, []string{"rival.brand.example"}) {
+			return fmt.Errorf("status.pool.hostNames %v", got)
+		}
+		if c := poolReady("rival"); c == nil || !strings.Contains(c.Message, "news.brand.example (held by Tenant "+ns+"/brand)") {
+			return fmt.Errorf("PoolReady %+v", c)
+		}
+		if got := presented("rival.brand.example"); got == nil || got.Cmp(rivalSerial) != 0 {
+			return fmt.Errorf("presented %v for rival.brand.example", got)
+		}
+		return nil
+	})
+	if got := presented("news.brand.example"); got == nil || got.Cmp(brandSerial) != 0 {
+		t.Errorf("news.brand.example presented %v, want brand's pair", got)
+	}
+
+	// A renewed pair reaches the replica.
+	renewed, renewedSerial := keyPairSecret("brand-pair", "news.brand.example")
+	update(t, ns, "brand-pair", &corev1.Secret{}, func(s *corev1.Secret) { s.Data = renewed.Data })
+	eventually(t, "the renewed pair is presented", func() error {
+		if got := presented("news.brand.example"); got == nil || got.Cmp(renewedSerial) != 0 {
+			return fmt.Errorf("presented %v", got)
+		}
+		return nil
+	})
+
+	// On a pool serving plain HTTP, not placed, and why.
+	create(t, newTenant(ns, "plainbrand", onPool("plain")))
+	eventually(t, "a key pair on a plain HTTP pool is explained", func() error {
+		if c := poolReady("plainbrand"); c == nil || c.Reason != v1alpha1.ReasonKeyPairNotServed || !strings.Contains(c.Message, "serves plain HTTP") {
+			return fmt.Errorf("PoolReady %+v", c)
+		}
+		return nil
+	})
+
+	// brand goes: rival gets the name.
+	if err := k8s.Delete(ctx, newTenant(ns, "brand")); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "rival gets news.brand.example once brand is gone", func() error {
+		if got := hostNames("rival"); !slices.Equal(got, []string{"news.brand.example", "rival.brand.example"}) {
+			return fmt.Errorf("status.pool.hostNames %v", got)
+		}
+		if got := presented("news.brand.example"); got == nil || got.Cmp(rivalSerial) != 0 {
+			return errors.New("news.brand.example is not presented with rival's pair")
+		}
+		return nil
+	})
+}
