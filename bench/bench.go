@@ -119,6 +119,12 @@ type Options struct {
 	// Replicas of every stream and bucket on a cluster; 0 is 3, or the
 	// size of a smaller Cluster. The embedded store has 1.
 	Replicas int
+	// BusReplicas, on a cluster, is how many buses the bus phase runs,
+	// each with a connection of its own to the cluster as pool replicas
+	// have, behind a front that sends each request to the next one in
+	// turn (as a Gateway balances per request): a story's snapshots are
+	// then written through every replica in turn. 0 or 1 is one bus.
+	BusReplicas int
 	// Workspaces is how many workspaces each phase writes to, each with
 	// its own stream and bucket (and, for the bus, connection and token);
 	// producer i writes to workspace i modulo Workspaces.
@@ -205,6 +211,13 @@ func (o Options) Validate() error {
 	}
 	if o.Workspaces < 1 {
 		errs = append(errs, errors.New("workspaces must be at least 1"))
+	}
+	if o.BusReplicas < 0 || o.BusReplicas > 16 {
+		errs = append(errs, fmt.Errorf("bus replicas must be 1 to 16, not %d", o.BusReplicas))
+	}
+	if o.BusReplicas > 1 && !o.cluster() {
+		// The embedded store's bus is its topics' sole writer.
+		errs = append(errs, errors.New("several bus replicas need a cluster (NATS URL or a local cluster): the embedded store serves one bus"))
 	}
 	if o.Remote != nil {
 		errs = append(errs, o.Remote.validate())
@@ -370,7 +383,7 @@ func (e *env) runPhase(ctx context.Context, name PhaseName, producers, round int
 		targets = append(targets, t)
 		pubs[i] = t
 	}
-	before := e.st.Conn.Stats().OutMsgs
+	before := e.storeOutMsgs()
 	ph := drive(ctx, pubs, e.o, producers, generator{systemID: SystemID, storyPrefix: "story-"})
 	ph.Name = name
 	ph.Writes = durableWrites[name]
@@ -381,7 +394,7 @@ func (e *env) runPhase(ctx context.Context, name PhaseName, producers, round int
 		t.settle()
 	}
 	if ph.AcceptedTotal > 0 {
-		ph.StoreRequests = float64(e.st.Conn.Stats().OutMsgs-before) / float64(ph.AcceptedTotal)
+		ph.StoreRequests = float64(e.storeOutMsgs()-before) / float64(ph.AcceptedTotal)
 	}
 	if err := ctx.Err(); err != nil {
 		return Phase{}, err

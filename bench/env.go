@@ -13,11 +13,13 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	dto "github.com/prometheus/client_model/go"
 	"golang.org/x/oauth2"
 	"golang.org/x/oauth2/clientcredentials"
 
@@ -40,13 +42,49 @@ type env struct {
 	// cluster is Options.Cluster's local cluster, nil otherwise.
 	cluster *localCluster
 	st      *store.Store
+	// buses are the bus phase's buses: one, or Options.BusReplicas.
+	buses  []*busReplica
+	relay  *relay
+	client *http.Client
+}
+
+// busReplica is one bus of the run, as a replica of a pool runs: its
+// server, its connection to the store (the first shares the baselines'),
+// its metrics (read for its inside view of a phase) and its publish API.
+type busReplica struct {
+	st      *store.Store
 	srv     *bus.Server
-	// metrics are the bus's own, read for its inside view of a phase.
 	metrics *bus.Metrics
 	api     *http.Server
 	base    string
-	relay   *relay
-	client  *http.Client
+}
+
+// startBus serves a bus on st with its publish API on a loopback
+// listener; sole makes it its topics' only writer.
+func startBus(st *store.Store, log *slog.Logger, sole bool) (*busReplica, error) {
+	b := &busReplica{st: st, metrics: bus.NewMetrics()}
+	b.srv = bus.New(bus.Options{Store: st, Logger: log, Metrics: b.metrics, SoleWriter: sole})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	b.api = bus.NewHTTPServer(b.srv.Handler(), slog.NewLogLogger(log.Handler(), slog.LevelWarn))
+	go func() { _ = b.api.Serve(ln) }()
+	b.base = "http://" + ln.Addr().String()
+	return b, nil
+}
+
+// bus is the first bus: the one tokens are asked of.
+func (e *env) bus() *busReplica { return e.buses[0] }
+
+// storeOutMsgs is how many messages the run's store connections have
+// sent: the baselines' and the buses'.
+func (e *env) storeOutMsgs() uint64 {
+	n := e.st.Conn.Stats().OutMsgs
+	for _, b := range e.buses[1:] {
+		n += b.st.Conn.Stats().OutMsgs
+	}
+	return n
 }
 
 func newEnv(ctx context.Context, o Options) (_ *env, err error) {
@@ -89,17 +127,27 @@ func newEnv(ctx context.Context, o Options) (_ *env, err error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	e.metrics = bus.NewMetrics()
 	// As serve runs it: on its embedded store the topics' only writer, on
 	// a cluster one of many, every snapshot a compare-and-swap.
-	e.srv = bus.New(bus.Options{Store: e.st, Logger: log, Metrics: e.metrics, SoleWriter: e.ns != nil})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	first, err := startBus(e.st, log, e.ns != nil)
 	if err != nil {
 		return nil, err
 	}
-	e.api = bus.NewHTTPServer(e.srv.Handler(), slog.NewLogLogger(log.Handler(), slog.LevelWarn))
-	go func() { _ = e.api.Serve(ln) }()
-	e.base = "http://" + ln.Addr().String()
+	e.buses = append(e.buses, first)
+	for i := 1; i < o.BusReplicas; i++ {
+		// Each further replica its own connection, as a process of its
+		// own has.
+		st, err := store.Connect(store.Options{URL: url, Replicas: o.replicas(), Name: fmt.Sprintf("storybus-bench-%d", i)})
+		if err != nil {
+			return nil, err
+		}
+		b, err := startBus(st, log, false)
+		if err != nil {
+			st.Close()
+			return nil, err
+		}
+		e.buses = append(e.buses, b)
+	}
 	if e.relay, err = startRelay(e.st.JS, log); err != nil {
 		return nil, err
 	}
@@ -128,15 +176,22 @@ func (e *env) close() {
 	if e.client != nil {
 		e.client.CloseIdleConnections()
 	}
-	for _, api := range []*http.Server{e.api, e.relayAPI()} {
+	apis := []*http.Server{e.relayAPI()}
+	for _, b := range e.buses {
+		apis = append(apis, b.api)
+	}
+	for _, api := range apis {
 		if api != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			_ = api.Shutdown(ctx)
 			cancel()
 		}
 	}
-	if e.srv != nil {
-		e.srv.Wait()
+	for i, b := range e.buses {
+		b.srv.Wait()
+		if i > 0 {
+			b.st.Close()
+		}
 	}
 	if e.st != nil {
 		e.st.Close()
@@ -197,7 +252,7 @@ func (e *env) open(ctx context.Context, p PhaseName, ws string) (target, error) 
 			return nil, err
 		}
 		e.relay.workspaces.Store(ws, &relayWorkspace{ws: w, twoWrite: p == PhaseRelayTwoWrite})
-		return &relayTarget{wsStore: wsStore{js: e.st.JS, id: ws}, poster: poster{client: e.client, url: e.relay.url(ws)}, r: e.relay}, nil
+		return &relayTarget{wsStore: wsStore{js: e.st.JS, id: ws}, poster: poster{client: e.client, urls: []string{e.relay.url(ws)}}, r: e.relay}, nil
 	}
 	return nil, fmt.Errorf("unknown phase %q", p)
 }
@@ -268,8 +323,12 @@ func (e *env) openBus(ctx context.Context, ws string) (*busTarget, error) {
 		}},
 	}
 	cfg.Default()
-	if err := e.srv.Apply(ctx, cfg); err != nil {
-		return nil, err
+	urls := make([]string, len(e.buses))
+	for i, b := range e.buses {
+		if err := b.srv.Apply(ctx, cfg); err != nil {
+			return nil, err
+		}
+		urls[i] = b.base + "/v1/tenants/" + ws + "/messages"
 	}
 	// On a cluster a workspace's buckets just created may have no leader
 	// yet: the token endpoint then answers temporarily_unavailable.
@@ -292,7 +351,7 @@ func (e *env) openBus(ctx context.Context, ws string) (*busTarget, error) {
 	}
 	return &busTarget{
 		wsStore: wsStore{js: e.st.JS, id: ws},
-		poster:  poster{client: e.client, url: e.base + "/v1/tenants/" + ws + "/messages", tokens: client.StaticToken(token)},
+		poster:  poster{client: e.client, urls: urls, next: new(atomic.Uint64), tokens: client.StaticToken(token)},
 		e:       e,
 	}, nil
 }
@@ -304,7 +363,7 @@ const tokenWithin = 30 * time.Second
 // token gets an access token with the client-credentials flow.
 func (e *env) token(ctx context.Context, ws, clientID, secret string) (string, error) {
 	cc := clientcredentials.Config{ClientID: clientID, ClientSecret: secret, AuthStyle: oauth2.AuthStyleInHeader,
-		TokenURL: e.base + "/v1/tenants/" + ws + "/tokens"}
+		TokenURL: e.bus().base + "/v1/tenants/" + ws + "/tokens"}
 	tok, err := cc.Token(context.WithValue(ctx, oauth2.HTTPClient, e.client))
 	if err != nil {
 		return "", fmt.Errorf("token: %w", err)
@@ -313,17 +372,24 @@ func (e *env) token(ctx context.Context, ws, clientID, secret string) (string, e
 }
 
 // poster POSTs messages over HTTP, as a producer does: the bus phase and
-// the relay phases send every request with it, through one client.
+// the relay phases send every request with it, through one client, to
+// its URL, or to each of its URLs in turn.
 type poster struct {
 	client *http.Client
-	url    string
+	urls   []string
+	// next counts the requests sent to several URLs.
+	next *atomic.Uint64
 	// tokens gives the bearer token of every request; nil sends none.
 	tokens client.TokenSource
 }
 
 // publish posts one message; anything but 202 is an error.
 func (t poster) publish(ctx context.Context, m message) (int, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.url, bytes.NewReader(m.body))
+	url := t.urls[0]
+	if len(t.urls) > 1 {
+		url = t.urls[t.next.Add(1)%uint64(len(t.urls))]
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(m.body))
 	if err != nil {
 		return 0, err
 	}
@@ -355,7 +421,11 @@ func (t poster) publish(ctx context.Context, m message) (int, error) {
 
 // settle waits for the bus's background record marks, so they do not
 // spill into the next phase.
-func (t *busTarget) settle() { t.e.srv.Wait() }
+func (t *busTarget) settle() {
+	for _, b := range t.e.buses {
+		b.srv.Wait()
+	}
+}
 
 // inside returns the bus's own mean timings of the phase's workspaces, in
 // milliseconds, from its metrics: the handler's answer time of accepted
@@ -367,9 +437,13 @@ func (e *env) inside(targets []target) (map[string]float64, error) {
 			ids[bt.id] = true
 		}
 	}
-	families, err := e.metrics.Registry.Gather()
-	if err != nil {
-		return nil, err
+	var families []*dto.MetricFamily
+	for _, b := range e.buses {
+		fs, err := b.metrics.Registry.Gather()
+		if err != nil {
+			return nil, err
+		}
+		families = append(families, fs...)
 	}
 	type sum struct {
 		seconds float64

@@ -94,7 +94,7 @@ func (r *remote) runPhase(ctx context.Context, name PhaseName, producers, round 
 	if name != PhaseBus {
 		return Phase{}, fmt.Errorf("a running bus has no %s phase", name)
 	}
-	t := poster{client: r.o.Remote.HTTPClient, url: strings.TrimSuffix(r.o.Remote.URL, "/") + "/messages", tokens: r.o.Remote.Tokens}
+	t := poster{client: r.o.Remote.HTTPClient, urls: []string{strings.TrimSuffix(r.o.Remote.URL, "/") + "/messages"}, tokens: r.o.Remote.Tokens}
 	g := generator{
 		systemID:    r.o.Remote.SystemID,
 		storyPrefix: fmt.Sprintf("%s-p%d-r%d-", r.run, producers, round),

@@ -40,8 +40,10 @@ func TestValidateNamesEveryProblem(t *testing.T) {
 	o.Producers = []int{4, 0}
 	o.Phases = []PhaseName{PhaseBus, "relay-three-write"}
 	o.Sync = "never"
+	o.BusReplicas = 3
 	err := o.Validate()
-	for _, want := range []string{"producers must be at least 1, not 0", `unknown phase "relay-three-write"`, `sync must be always or interval, not "never"`} {
+	for _, want := range []string{"producers must be at least 1, not 0", `unknown phase "relay-three-write"`, `sync must be always or interval, not "never"`,
+		"several bus replicas need a cluster"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate() = %v; want it to name %q", err, want)
 		}

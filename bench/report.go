@@ -206,10 +206,13 @@ type Settings struct {
 	// NATSURL is the external NATS cluster written to; Cluster the size
 	// of the local one the run started; Replicas their streams' and
 	// buckets' replicas.
-	NATSURL      string `json:"nats_url,omitempty"`
-	Cluster      int    `json:"cluster,omitempty"`
-	Replicas     int    `json:"replicas,omitempty"`
-	Workspaces   int    `json:"workspaces,omitempty"`
+	NATSURL    string `json:"nats_url,omitempty"`
+	Cluster    int    `json:"cluster,omitempty"`
+	Replicas   int    `json:"replicas,omitempty"`
+	Workspaces int    `json:"workspaces,omitempty"`
+	// BusReplicas is how many buses the bus phase ran behind a
+	// per-request round-robin front, when more than one.
+	BusReplicas  int    `json:"bus_replicas,omitempty"`
 	Sync         string `json:"sync,omitempty"`
 	SyncInterval string `json:"sync_interval,omitempty"`
 	Producers    []int  `json:"producers"`
@@ -238,6 +241,9 @@ func settingsOf(o Options) Settings {
 	}
 	if o.Workspaces > 1 {
 		s.Workspaces = o.Workspaces
+	}
+	if o.BusReplicas > 1 {
+		s.BusReplicas = o.BusReplicas
 	}
 	if o.NATSURL != "" {
 		// The cluster's own configuration decides its fsyncs.
@@ -285,6 +291,9 @@ func (s Settings) Flags() string {
 	f = append(f, "--producers "+strings.Join(levels, ","), "--stories "+strconv.Itoa(s.Stories))
 	if s.Workspaces > 1 {
 		f = append(f, "--workspaces "+strconv.Itoa(s.Workspaces))
+	}
+	if s.BusReplicas > 1 {
+		f = append(f, "--bus-replicas "+strconv.Itoa(s.BusReplicas))
 	}
 	if s.Messages > 0 {
 		f = append(f, "--messages "+strconv.Itoa(s.Messages))
@@ -368,6 +377,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 		}
 		fmt.Fprintf(&b, "store:   %s, file storage, %d replicas, one connection, every snapshot a compare-and-swap; %d workspace(s) per phase; messages of %d bytes\n",
 			where, st.Replicas, max(st.Workspaces, 1), payload)
+		if st.BusReplicas > 1 {
+			fmt.Fprintf(&b, "buses:   %d bus replicas, each its own connection, behind a front sending each request to the next in turn: a story's snapshots go through every replica\n", st.BusReplicas)
+		}
 	} else {
 		fmt.Fprintf(&b, "store:   embedded JetStream, file storage, one in-process connection; %d workspace(s) per phase; messages of %d bytes\n", max(st.Workspaces, 1), payload)
 	}

@@ -2,6 +2,7 @@ package publish
 
 import (
 	"context"
+	"sync"
 )
 
 // A sequencer orders each story's snapshots on the topic: each is
@@ -51,6 +52,11 @@ type casSequencer struct {
 	// read reads a story's head from the store (Core.readHead), and
 	// leader from the topic's leader (Core.confirmHead).
 	read, leader func(ctx context.Context, subject string) (Head, error)
+	// behind estimates how often a cached head is behind the topic's:
+	// when other buses write the same stories (a pool's replicas behind a
+	// front that balances each request), the cache is a poor guide, and
+	// a cached head is read again from the leader first.
+	behind staleness
 }
 
 func (s *casSequencer) begin(_ context.Context, story, subject string) (turn, error) {
@@ -59,11 +65,24 @@ func (s *casSequencer) begin(_ context.Context, story, subject string) (turn, er
 
 // current returns the story's cached head, or reads it from the store
 // when the cache does not know it or it may have aged out of the topic.
-func (s *casSequencer) current(ctx context.Context, story, subject string) (Head, error) {
-	if h, ok := s.heads.fresh(story); ok {
-		return h, nil
+// cached reports that the head is the cache's, unconfirmed.
+func (s *casSequencer) current(ctx context.Context, story, subject string) (h Head, cached bool, err error) {
+	h, ok := s.heads.fresh(story)
+	switch {
+	case !ok:
+		h, err = s.readAgain(ctx, story, subject)
+		return h, false, err
+	case !s.behind.likely():
+		return h, true, nil
 	}
-	return s.readAgain(ctx, story, subject)
+	// Cached heads have often been behind lately: one read of the leader
+	// now costs less than a publish the topic refuses, a read of the
+	// leader, a read and a rewrite of the record, and a publish again.
+	lh, err := s.confirm(ctx, story, subject)
+	if err == nil {
+		s.behind.observe(lh.SubjectSeq != h.SubjectSeq)
+	}
+	return lh, false, err
 }
 
 // readAgain reads the story's head from the store and caches it, whatever
@@ -93,13 +112,24 @@ func (s *casSequencer) keep(story string, h Head, err error) (Head, error) {
 type casTurn struct {
 	s              *casSequencer
 	story, subject string
+	// cached is set while the head decided over is the cache's,
+	// unconfirmed: the topic's answer to its publish says whether it was
+	// behind.
+	cached bool
 }
 
 func (t *casTurn) head(ctx context.Context) (Head, error) {
-	return t.s.current(ctx, t.story, t.subject)
+	h, cached, err := t.s.current(ctx, t.story, t.subject)
+	t.cached = cached
+	return h, err
 }
 
 func (t *casTurn) confirm(ctx context.Context) (Head, error) {
+	if t.cached {
+		// The topic refused a publish over the cached head.
+		t.s.behind.observe(true)
+		t.cached = false
+	}
 	return t.s.confirm(ctx, t.story, t.subject)
 }
 
@@ -107,6 +137,41 @@ func (t *casTurn) seen(h Head) { t.s.heads.put(t.story, h) }
 
 func (t *casTurn) sending(h Head) (uint64, bool) { return h.SubjectSeq, true }
 
-func (t *casTurn) acked(h Head) { t.s.heads.acked(t.story, h) }
+func (t *casTurn) acked(h Head) {
+	if t.cached {
+		t.s.behind.observe(false)
+		t.cached = false
+	}
+	t.s.heads.acked(t.story, h)
+}
+
+// staleness is a moving estimate of how often a cached head is behind:
+// each observation weighs a sixteenth, so a few dozen publishes move it
+// from one regime to the other.
+type staleness struct {
+	mu       sync.Mutex
+	estimate float64
+}
+
+// staleAbove is the estimate over which a cached head is read again from
+// the leader before it is used: a head behind costs about three store
+// requests and four round trips more, a read of the leader one of each.
+const staleAbove = 0.3
+
+func (s *staleness) observe(behind bool) {
+	x := 0.0
+	if behind {
+		x = 1
+	}
+	s.mu.Lock()
+	s.estimate += (x - s.estimate) / 16
+	s.mu.Unlock()
+}
+
+func (s *staleness) likely() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.estimate > staleAbove
+}
 
 func (t *casTurn) end() {}

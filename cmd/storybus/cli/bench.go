@@ -26,7 +26,7 @@ type benchFlags struct {
 }
 
 // embeddedOnly are the flags that mean nothing against a running bus.
-var embeddedOnly = []string{"sync", "sync-interval", "data-dir", "phases", "nats-url", "cluster", "nats-server", "replicas", "workspaces"}
+var embeddedOnly = []string{"sync", "sync-interval", "data-dir", "phases", "nats-url", "cluster", "nats-server", "replicas", "workspaces", "bus-replicas"}
 
 func newBenchCommand() *cobra.Command {
 	o := bench.DefaultOptions()
@@ -49,7 +49,9 @@ func newBenchCommand() *cobra.Command {
 			"every stream and bucket with --replicas replicas (3), every snapshot a compare-and-swap, as pool\n" +
 			"replicas do; --cluster 3 starts three local nats-server processes (--nats-server) clustered with\n" +
 			"JetStream for the run and stops them after it. --workspaces spreads the producers over that many\n" +
-			"workspaces in every phase.",
+			"workspaces in every phase. --bus-replicas 3 runs the bus phase on three buses, each with its own\n" +
+			"connection to the cluster, as a pool's replicas are, behind a front that sends each request to the\n" +
+			"next in turn (as a Gateway balances per request), so that a story's snapshots go through every replica.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := bf.apply(cmd, &o); err != nil {
@@ -106,6 +108,7 @@ func newBenchCommand() *cobra.Command {
 	f.StringVar(&o.NATSServer, "nats-server", o.NATSServer, "with --cluster: the nats-server binary, a path or a name in PATH")
 	f.IntVar(&o.Replicas, "replicas", 0, "with --nats-url or --cluster: replicas of every stream and bucket (default 3, or a smaller --cluster's size)")
 	f.IntVar(&o.Workspaces, "workspaces", o.Workspaces, "workspaces every phase writes to; producer i writes to workspace i modulo their number")
+	f.IntVar(&o.BusReplicas, "bus-replicas", 1, "with --nats-url or --cluster: buses the bus phase runs behind a per-request round-robin front, each with its own connection, as a pool's replicas")
 	f.StringVar(&bf.cpuProfile, "cpu-profile", "", "write a CPU profile (pprof) of this process during the first bus phase to this file: the bus with the load generator beside it")
 	f.StringVar(&bf.jsonPath, "json", "", "also write the report as JSON to this file")
 	f.StringVar(&bf.url, "url", "", "drive the running bus at this workspace URL, https://host/v1/tenants/<workspace>, instead of an embedded one")
