@@ -41,6 +41,9 @@ var (
 		[]string{"workspace", "connection"}, nil)
 	certExpiryDesc = prometheus.NewDesc("storybus_tls_certificate_expiry_timestamp_seconds",
 		"When the publish port's TLS certificate in use expires, in seconds since the Unix epoch; absent without TLS.", nil, nil)
+	workspaceCertExpiryDesc = prometheus.NewDesc("storybus_workspace_tls_certificate_expiry_timestamp_seconds",
+		"When the key pair a workspace brings of its own (presented for its host names) expires, in seconds since the Unix epoch; absent for a workspace without one.",
+		[]string{"workspace"}, nil)
 )
 
 // collectTimeout bounds the store reads of one scrape, well inside
@@ -52,7 +55,7 @@ type stateCollector struct{ s *Server }
 
 // Describe implements prometheus.Collector.
 func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{readyDesc, rejectedDesc, pendingDesc, ackPendingDesc, quotaDesc, quotaUsedDesc} {
+	for _, d := range []*prometheus.Desc{readyDesc, rejectedDesc, pendingDesc, ackPendingDesc, quotaDesc, quotaUsedDesc, workspaceCertExpiryDesc} {
 		ch <- d
 	}
 }
@@ -70,6 +73,11 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(readyDesc, prometheus.GaugeValue, ready)
 	for label := range s.ConfigErrors() {
 		ch <- prometheus.MustNewConstMetric(rejectedDesc, prometheus.GaugeValue, 1, label)
+	}
+	if s.opts.Hosts != nil {
+		for ws, notAfter := range s.opts.Hosts.NotAfter() {
+			ch <- prometheus.MustNewConstMetric(workspaceCertExpiryDesc, prometheus.GaugeValue, float64(notAfter.Unix()), ws)
+		}
 	}
 	workspaces := *s.workspaces.Load()
 	for _, id := range slices.Sorted(maps.Keys(workspaces)) {

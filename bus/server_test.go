@@ -21,6 +21,7 @@ import (
 	config "github.com/storybus/storybus/api/config/v1alpha1"
 	"github.com/storybus/storybus/bus"
 	"github.com/storybus/storybus/bus/publish"
+	"github.com/storybus/storybus/bus/tlsconfig"
 	"github.com/storybus/storybus/internal/certgen"
 	"github.com/storybus/storybus/internal/openapitest"
 	"github.com/storybus/storybus/internal/storetest"
@@ -381,5 +382,40 @@ func TestPlainHTTPRefusesAWorkspacesKeyPair(t *testing.T) {
 	}
 	if got, ok := h.srv.Config("newsroom"); !ok || got.TLS != nil {
 		t.Fatal("the refused configuration replaced the one in force")
+	}
+}
+
+// TestWorkspaceKeyPairExpiryMetric: a bus serving HTTPS presents a
+// workspace's own key pair, and reports when it expires by workspace; a
+// configuration without one takes the series away.
+func TestWorkspaceKeyPairExpiryMetric(t *testing.T) {
+	h := newHarness(t, func(o *bus.Options) { o.Hosts = tlsconfig.NewHosts() })
+	ca, err := certgen.NewCA("brand CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := ca.Sign(certgen.Leaf{CommonName: "news", Hosts: []string{"news.brand.example"}, NotAfter: time.Unix(1_900_000_000, 0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := workspaceConfig("newsroom")
+	cfg.TLS = &config.WorkspaceTLS{Certificate: string(p.CertPEM), Key: string(p.KeyPEM), Hosts: []string{"news.brand.example"}}
+	if err := h.srv.Apply(context.Background(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	if h.srv.Hosts().Lookup("news.brand.example") == nil {
+		t.Error("the workspace's pair is not presented for its host name")
+	}
+	if err := h.hasSeries(`storybus_workspace_tls_certificate_expiry_timestamp_seconds{workspace="newsroom"} 1.9e+09`); err != nil {
+		t.Fatal(err)
+	}
+	if m := h.metrics(t); strings.Contains(m, `storybus_workspace_tls_certificate_expiry_timestamp_seconds{workspace="other"}`) {
+		t.Error("an expiry reported for a workspace without a key pair")
+	}
+	if err := h.srv.Apply(context.Background(), workspaceConfig("newsroom")); err != nil {
+		t.Fatal(err)
+	}
+	if m := h.metrics(t); strings.Contains(m, "storybus_workspace_tls_certificate_expiry_timestamp_seconds") || h.srv.Hosts().Lookup("news.brand.example") != nil {
+		t.Error("the pair is still presented, or reported, once the configuration has none")
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Hosts holds the key pairs that workspaces bring of their own (a pool's
@@ -79,6 +80,17 @@ func (h *Hosts) rebuild() {
 		}
 	}
 	h.byName.Store(&next)
+}
+
+// NotAfter returns when each workspace's pair expires, by workspace.
+func (h *Hosts) NotAfter() map[string]time.Time {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make(map[string]time.Time, len(h.pairs))
+	for ws, p := range h.pairs {
+		out[ws] = p.cert.Leaf.NotAfter
+	}
+	return out
 }
 
 // Lookup returns the pair for serverName, a client's SNI: the workspace's
