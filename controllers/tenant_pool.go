@@ -315,22 +315,6 @@ func (r *TenantPoolReconciler) claim(ctx context.Context, s *poolScope) (ctrl.Re
 	return ctrl.Result{}, terminal(errors.New(s.placed.Message))
 }
 
-// keyPairNote is what PoolReady says of the Tenant's own key pair: the
-// host names it is presented for, and those it is not.
-func keyPairNote(pair *config.WorkspaceTLS, taken []string) string {
-	var parts []string
-	if pair != nil {
-		parts = append(parts, "its key pair is presented for "+strings.Join(pair.Hosts, ", "))
-	}
-	if len(taken) > 0 {
-		parts = append(parts, "not for "+strings.Join(taken, ", ")+": the pool's key pair answers those")
-	}
-	if len(parts) == 0 {
-		return ""
-	}
-	return "; " + strings.Join(parts, "; ")
-}
-
 // placedOn reports whether t's document is in pool key's bucket.
 func placedOn(t *v1alpha1.Tenant, key types.NamespacedName) bool {
 	pl := t.Status.Pool
@@ -345,7 +329,7 @@ func (r *TenantPoolReconciler) place(ctx context.Context, s *poolScope) (ctrl.Re
 		s.notPlaced(v1alpha1.ReasonAwaitingConfiguration, "the workspace is placed on BusPool %s/%s once the Tenant has a valid configuration", s.pool.Namespace, s.pool.Name)
 		return ctrl.Result{}, errPhasesDone
 	}
-	pair, taken, err := r.keyPair(ctx, s)
+	pair, note, err := r.keyPair(ctx, s)
 	switch {
 	case isNoKeyPair(err):
 		s.notPlaced(v1alpha1.ReasonKeyPairNotServed, "the workspace is placed on BusPool %s/%s once %v", s.pool.Namespace, s.pool.Name, err)
@@ -397,7 +381,7 @@ func (r *TenantPoolReconciler) place(ctx context.Context, s *poolScope) (ctrl.Re
 	}
 	s.configHash, s.docHash = configHash, hash
 	c := cond(v1alpha1.ConditionPoolReady, metav1.ConditionTrue, v1alpha1.ReasonPlaced,
-		"configuration %s of workspace %s is in BusPool %s (document %s)%s", configHash, t.EffectiveWorkspaceID(), key, hash, keyPairNote(pair, taken))
+		"configuration %s of workspace %s is in BusPool %s (document %s)%s", configHash, t.EffectiveWorkspaceID(), key, hash, note)
 	s.placed = &c
 	return ctrl.Result{}, nil
 }

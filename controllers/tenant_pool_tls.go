@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -24,83 +25,135 @@ import (
 // serve every workspace of the pool over one HTTPS port: the pool
 // controller puts the pair into the workspace's document with the host
 // names the replicas present it for (SNI). A Tenant may claim the host
-// names its certificate covers, but not the pool Service's, and not one
-// an older Tenant on the pool holds (the oldest wins, as Gateway API
-// resolves conflicting routes); the replicas add their own rule, that no
-// workspace is presented for a name the pool's own certificate covers.
+// names its certificate covers, but none that overlaps (is, covers, or is
+// covered by) the pool Service's names or the pool's exposed host names,
+// nor one another Tenant on the pool holds: a name is its holder's until
+// the holder gives it up (first come, first served), and of two Tenants
+// that both came to hold one at the same moment, the older keeps it. The
+// replicas add their own rule, that no workspace is presented for a name
+// the pool's own certificate covers.
 
 // errNoKeyPair stops the placing of a Tenant whose key pair is not (yet)
-// in its Secret: its workspace is placed once it is.
+// in its Secret: its workspace is placed once it is. Its text completes
+// "the workspace is placed once …".
 type errNoKeyPair struct{ why string }
 
 func (e errNoKeyPair) Error() string { return e.why }
 
 // keyPair is the workspace's own key pair for its document, or nil
-// without spec.tls or when none of its host names is its to claim; taken
-// lists the names it does not get, and who holds them.
-func (r *TenantPoolReconciler) keyPair(ctx context.Context, s *poolScope) (pair *config.WorkspaceTLS, taken []string, err error) {
+// without spec.tls, on a pool serving plain HTTP, or when none of its
+// host names is its to claim; note says, for PoolReady, which host names
+// it is presented for and which not, and why.
+func (r *TenantPoolReconciler) keyPair(ctx context.Context, s *poolScope) (pair *config.WorkspaceTLS, note string, err error) {
 	t := s.tenant
 	name := tlsSecretName(t)
 	if name == "" {
-		return nil, nil, nil
+		return nil, "", nil
 	}
 	if s.pool.Spec.TLS == nil {
-		return nil, nil, errNoKeyPair{"its pool serves HTTPS: BusPool " + s.pool.Namespace + "/" + s.pool.Name +
-			" serves plain HTTP, and its replicas present a Tenant's own key pair (spec.tls) only beside a pair of the pool's (its spec.tls)"}
+		return nil, "; its key pair (spec.tls) is not presented: BusPool " + s.pool.Namespace + "/" + s.pool.Name + " serves plain HTTP (it has no spec.tls)", nil
 	}
 	sec := &corev1.Secret{}
 	switch err := r.Secrets.Get(ctx, types.NamespacedName{Namespace: t.Namespace, Name: name}, sec); {
 	case apierrors.IsNotFound(err):
-		return nil, nil, errNoKeyPair{fmt.Sprintf("its key pair (spec.tls) is not in Secret %s yet", name)}
+		return nil, "", errNoKeyPair{fmt.Sprintf("its key pair (spec.tls) is in Secret %s, which does not exist yet", name)}
 	case err != nil:
-		return nil, nil, fmt.Errorf("get tls secret %s: %w", name, err)
+		return nil, "", fmt.Errorf("get tls secret %s: %w", name, err)
 	}
 	cert, key := sec.Data[corev1.TLSCertKey], sec.Data[corev1.TLSPrivateKeyKey]
 	parsed, err := tls.X509KeyPair(cert, key)
 	if err != nil {
-		return nil, nil, errNoKeyPair{fmt.Sprintf("Secret %s holds no usable key pair (spec.tls): %v", name, err)}
+		return nil, "", errNoKeyPair{fmt.Sprintf("Secret %s holds a usable key pair (spec.tls); now: %v", name, err)}
 	}
 	holders, err := r.hostHolders(ctx, s)
 	if err != nil {
-		return nil, nil, err
+		return nil, "", err
 	}
-	reserved := poolServiceNames(s.pool, r.ClusterDomain)
-	var hosts []string
+	reserved := append(poolServiceNames(s.pool, r.ClusterDomain), exposeHostnames(s.pool.Spec.Expose)...)
+	var hosts, taken []string
 	for _, n := range parsed.Leaf.DNSNames {
 		n = strings.ToLower(n)
-		switch {
-		case slices.Contains(hosts, n), len(hosts) == config.MaxTLSHosts:
-		case slices.Contains(reserved, n):
-			taken = append(taken, n+" (the pool Service's)")
-		case holders[n] != "":
-			taken = append(taken, n+" (held by Tenant "+holders[n]+")")
-		default:
-			hosts = append(hosts, n)
+		if slices.Contains(hosts, n) {
+			continue
 		}
+		if why := claimRefused(t, n, reserved, holders); why != "" {
+			taken = append(taken, n+" ("+why+")")
+			continue
+		}
+		if len(hosts) == config.MaxTLSHosts {
+			taken = append(taken, fmt.Sprintf("%s (over %d host names)", n, config.MaxTLSHosts))
+			continue
+		}
+		hosts = append(hosts, n)
 	}
-	if len(hosts) == 0 {
-		return nil, taken, nil
+	if len(hosts) > 0 {
+		pair = &config.WorkspaceTLS{Certificate: string(cert), Key: string(key), Hosts: hosts}
 	}
-	return &config.WorkspaceTLS{Certificate: string(cert), Key: string(key), Hosts: hosts}, taken, nil
+	return pair, keyPairNote(pair, taken), nil
 }
 
-// hostHolders returns the host names the Tenants on s's pool older than
-// s's own hold (status.pool.hostNames), with the holder's namespace/name.
-func (r *TenantPoolReconciler) hostHolders(ctx context.Context, s *poolScope) (map[string]string, error) {
+// keyPairNote is what PoolReady says of the Tenant's own key pair: the
+// host names it is presented for, and those it is not, and why.
+func keyPairNote(pair *config.WorkspaceTLS, taken []string) string {
+	switch {
+	case pair == nil && len(taken) == 0:
+		return "; its key pair (spec.tls) is not presented: its certificate names no host"
+	case pair == nil:
+		return "; its key pair (spec.tls) is not presented, for no host name is its: not for " + strings.Join(taken, ", ")
+	case len(taken) == 0:
+		return "; its key pair is presented for " + strings.Join(pair.Hosts, ", ")
+	}
+	return "; its key pair is presented for " + strings.Join(pair.Hosts, ", ") + "; not for " + strings.Join(taken, ", ") + ": the pool's key pair answers those"
+}
+
+// claimRefused says why t may not claim host name n, or "" when it may:
+// n is not a host name a document may name, overlaps one of reserved, or
+// overlaps a name another Tenant holds and keeps.
+func claimRefused(t *v1alpha1.Tenant, n string, reserved []string, holders []hostHolder) string {
+	if !config.ValidHost(n) {
+		return "not a lower-case host name a key pair is presented for"
+	}
+	for _, r := range reserved {
+		if config.Overlap(n, r) {
+			return "the pool's own: " + r
+		}
+	}
+	held := slices.Contains(hostNamesOf(t), n)
+	for _, h := range holders {
+		for _, m := range h.names {
+			// A name the Tenant holds too is the older's; any other is
+			// its holder's.
+			if config.Overlap(n, m) && (!held || olderThan(h.tenant, t)) {
+				return "held by Tenant " + h.tenant.Namespace + "/" + h.tenant.Name + " as " + m
+			}
+		}
+	}
+	return ""
+}
+
+// hostHolder is another Tenant on the pool and the host names it holds.
+type hostHolder struct {
+	tenant *v1alpha1.Tenant
+	names  []string
+}
+
+// hostHolders returns the other Tenants placed on s's pool that hold host
+// names (status.pool.hostNames), but those being deleted: their document
+// is removed first, and the replicas present a name two documents claim
+// for neither.
+func (r *TenantPoolReconciler) hostHolders(ctx context.Context, s *poolScope) ([]hostHolder, error) {
 	key := types.NamespacedName{Namespace: s.pool.Namespace, Name: s.pool.Name}
 	var l v1alpha1.TenantList
 	if err := r.List(ctx, &l, client.MatchingFields{indexTenantPool: key.String()}); err != nil {
 		return nil, fmt.Errorf("list the tenants of buspool %s: %w", key, err)
 	}
-	out := map[string]string{}
+	var out []hostHolder
 	for i := range l.Items {
 		o := &l.Items[i]
-		if o.UID == s.tenant.UID || !placedOn(o, key) || !olderThan(o, s.tenant) {
+		if o.UID == s.tenant.UID || !placedOn(o, key) || !o.DeletionTimestamp.IsZero() || len(o.Status.Pool.HostNames) == 0 {
 			continue
 		}
-		for _, n := range o.Status.Pool.HostNames {
-			out[n] = o.Namespace + "/" + o.Name
-		}
+		out = append(out, hostHolder{tenant: o, names: o.Status.Pool.HostNames})
 	}
 	return out, nil
 }
@@ -122,13 +175,26 @@ func poolServiceNames(p *v1alpha1.BusPool, clusterDomain string) []string {
 }
 
 // tenantHostNamesChanged passes the Tenant events that can change which
-// Tenant of a pool holds a host name: a key pair's host names given or
-// taken, spec.tls or spec.pool changed, a Tenant created or deleted.
+// Tenant of a pool holds a host name: its spec.tls or spec.pool changed,
+// its deletion begun, its document placed on another pool, or the host
+// names it holds changed; and its creation and deletion. The map function
+// sees the object before and after, so both pools of a move hear of it.
 var tenantHostNamesChanged = predicate.Funcs{
 	UpdateFunc: func(e event.UpdateEvent) bool {
 		old, cur := e.ObjectOld.(*v1alpha1.Tenant), e.ObjectNew.(*v1alpha1.Tenant)
-		return specChanged.Update(e) || !slices.Equal(hostNamesOf(old), hostNamesOf(cur))
+		return !equality.Semantic.DeepEqual(old.Spec.TLS, cur.Spec.TLS) || !equality.Semantic.DeepEqual(old.Spec.Pool, cur.Spec.Pool) ||
+			old.DeletionTimestamp.IsZero() != cur.DeletionTimestamp.IsZero() ||
+			placementOf(old) != placementOf(cur) || !slices.Equal(hostNamesOf(old), hostNamesOf(cur))
 	},
+}
+
+// placementOf is the pool t's document is in, as namespace/name; "" when
+// none.
+func placementOf(t *v1alpha1.Tenant) string {
+	if t.Status.Pool == nil {
+		return ""
+	}
+	return t.Status.Pool.Namespace + "/" + t.Status.Pool.Name
 }
 
 func hostNamesOf(t *v1alpha1.Tenant) []string {

@@ -23,10 +23,11 @@ import (
 // TestPooledTenantBringsItsOwnKeyPair: a pooled Tenant with spec.tls has
 // its key pair carried in its workspace's document to the replicas, which
 // present it for its certificate's host names. It waits, saying why, for
-// its Secret and on a pool serving plain HTTP; it never gets the pool
-// Service's name, nor one an older Tenant on the pool holds; a renewed
-// pair reaches the replica; and once the holder of a name is deleted, the
-// next Tenant claiming it gets it.
+// its Secret; on a pool serving plain HTTP it is placed without its pair,
+// and says so; it never gets the pool Service's name or a wildcard over
+// it, nor a name another Tenant on the pool holds or a wildcard over one,
+// even when it is the older; a renewed pair reaches the replica; and once
+// the holder of a name is deleted, the next Tenant claiming it gets it.
 func TestPooledTenantBringsItsOwnKeyPair(t *testing.T) {
 	nats, st := startPoolCluster(t)
 	ns := newNamespace(t)
@@ -93,7 +94,7 @@ func TestPooledTenantBringsItsOwnKeyPair(t *testing.T) {
 		return nil
 	})
 	serviceName := "shared-pool." + ns + ".svc"
-	sec, brandSerial := keyPairSecret("brand-pair", "news.brand.example", serviceName)
+	sec, brandSerial := keyPairSecret("brand-pair", "news.brand.example", serviceName, "*."+ns+".svc")
 	create(t, sec)
 	eventually(t, "the replica presents brand's pair for its host name only", func() error {
 		if got := hostNames("brand"); !slices.Equal(got, []string{"news.brand.example"}) {
@@ -107,8 +108,9 @@ func TestPooledTenantBringsItsOwnKeyPair(t *testing.T) {
 	if presented(serviceName) != nil {
 		t.Errorf("a Tenant's pair is presented for the pool Service's name %s", serviceName)
 	}
-	if c := poolReady("brand"); c == nil || c.Status != metav1.ConditionTrue || !strings.Contains(c.Message, "not for "+serviceName+" (the pool Service's)") {
-		t.Errorf("PoolReady %+v: want the pool Service's name named as not presented", c)
+	if c := poolReady("brand"); c == nil || c.Status != metav1.ConditionTrue || !strings.Contains(c.Message, serviceName+" (the pool's own: "+serviceName+")") ||
+		!strings.Contains(c.Message, "*."+ns+".svc (the pool's own: shared-pool") {
+		t.Errorf("PoolReady %+v: want the pool Service's name, and a wildcard over it, named as not presented", c)
 	}
 	e, err := sp.Documents.Get(ctx, "brand")
 	if err != nil {
@@ -122,14 +124,15 @@ func TestPooledTenantBringsItsOwnKeyPair(t *testing.T) {
 
 	// A younger Tenant claiming brand's name gets only its own.
 	time.Sleep(1100 * time.Millisecond) // a later creation second
-	rivalSec, rivalSerial := keyPairSecret("rival-pair", "news.brand.example", "rival.brand.example")
+	rivalSec, rivalSerial := keyPairSecret("rival-pair", "news.brand.example", "rival.brand.example", "*.brand.example")
 	create(t, rivalSec)
 	create(t, newTenant(ns, "rival", onPool("shared")))
-	eventually(t, "rival gets its own name, not brand's", func() error {
+	eventually(t, "rival gets its own name, not brand's nor a wildcard over it", func() error {
 		if got := hostNames("rival"); !slices.Equal(got, []string{"rival.brand.example"}) {
 			return fmt.Errorf("status.pool.hostNames %v", got)
 		}
-		if c := poolReady("rival"); c == nil || !strings.Contains(c.Message, "news.brand.example (held by Tenant "+ns+"/brand)") {
+		if c := poolReady("rival"); c == nil || !strings.Contains(c.Message, "news.brand.example (held by Tenant "+ns+"/brand as news.brand.example)") ||
+			!strings.Contains(c.Message, "*.brand.example (held by Tenant "+ns+"/brand as news.brand.example)") {
 			return fmt.Errorf("PoolReady %+v", c)
 		}
 		if got := presented("rival.brand.example"); got == nil || got.Cmp(rivalSerial) != 0 {
@@ -141,20 +144,27 @@ func TestPooledTenantBringsItsOwnKeyPair(t *testing.T) {
 		t.Errorf("news.brand.example presented %v, want brand's pair", got)
 	}
 
-	// A renewed pair reaches the replica.
-	renewed, renewedSerial := keyPairSecret("brand-pair", "news.brand.example")
+	// A name is its holder's: brand, older, renews its pair with rival's
+	// name, and does not get it.
+	renewed, renewedSerial := keyPairSecret("brand-pair", "news.brand.example", "rival.brand.example")
 	update(t, ns, "brand-pair", &corev1.Secret{}, func(s *corev1.Secret) { s.Data = renewed.Data })
-	eventually(t, "the renewed pair is presented", func() error {
+	eventually(t, "the renewed pair is presented, for brand's own name only", func() error {
 		if got := presented("news.brand.example"); got == nil || got.Cmp(renewedSerial) != 0 {
 			return fmt.Errorf("presented %v", got)
 		}
+		if got := hostNames("brand"); !slices.Equal(got, []string{"news.brand.example"}) {
+			return fmt.Errorf("status.pool.hostNames %v", got)
+		}
 		return nil
 	})
+	if got := presented("rival.brand.example"); got == nil || got.Cmp(rivalSerial) != 0 {
+		t.Errorf("rival.brand.example presented %v, want rival's pair: an older Tenant took a held name", got)
+	}
 
-	// On a pool serving plain HTTP, not placed, and why.
+	// On a pool serving plain HTTP, placed without its pair, and said so.
 	create(t, newTenant(ns, "plainbrand", onPool("plain")))
 	eventually(t, "a key pair on a plain HTTP pool is explained", func() error {
-		if c := poolReady("plainbrand"); c == nil || c.Reason != v1alpha1.ReasonKeyPairNotServed || !strings.Contains(c.Message, "serves plain HTTP") {
+		if c := poolReady("plainbrand"); c == nil || c.Reason != v1alpha1.ReasonPlaced || !strings.Contains(c.Message, "serves plain HTTP") {
 			return fmt.Errorf("PoolReady %+v", c)
 		}
 		return nil
@@ -165,7 +175,7 @@ func TestPooledTenantBringsItsOwnKeyPair(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "rival gets news.brand.example once brand is gone", func() error {
-		if got := hostNames("rival"); !slices.Equal(got, []string{"news.brand.example", "rival.brand.example"}) {
+		if got := hostNames("rival"); !slices.Equal(got, []string{"news.brand.example", "rival.brand.example", "*.brand.example"}) {
 			return fmt.Errorf("status.pool.hostNames %v", got)
 		}
 		if got := presented("news.brand.example"); got == nil || got.Cmp(rivalSerial) != 0 {

@@ -45,11 +45,13 @@ func (r *TenantWorkloadReconciler) reconcilePooled(ctx context.Context, t *v1alp
 	}
 	// Its own key pair, which the replicas present for its host names:
 	// the Certificate written, or the provided Secret judged, as for a
-	// bus of its own.
-	tlsRes, err := r.reconcileTLS(ctx, &workloadScope{tenant: t})
-	if err != nil {
-		return ctrl.Result{}, err
+	// bus of its own. Its failure stops nothing else below.
+	ws := &workloadScope{tenant: t}
+	tlsRes, tlsErr := r.reconcileTLS(ctx, ws)
+	if ws.conflict != nil {
+		setCondition(t, nameConflictCondition(v1alpha1.ConditionCertificateReady, ws.conflict))
 	}
+	defer func() { err = errors.Join(err, tlsErr) }()
 	if c := meta.FindStatusCondition(t.Status.Conditions, v1alpha1.ConditionAvailable); c != nil && isConflict(*c) {
 		meta.RemoveStatusCondition(&t.Status.Conditions, v1alpha1.ConditionAvailable)
 	}

@@ -89,8 +89,12 @@ func tlsMounts(t *v1alpha1.Tenant) ([]*corev1ac.VolumeApplyConfiguration, []*cor
 
 // exposedHostnames are the host names spec.expose serves the bus under:
 // the Ingress's host or the route's host names.
-func exposedHostnames(t *v1alpha1.Tenant) []string {
-	switch ex := t.Spec.Expose; {
+func exposedHostnames(t *v1alpha1.Tenant) []string { return exposeHostnames(t.Spec.Expose) }
+
+// exposeHostnames are the host names an expose (a Tenant's or a pool's)
+// serves under.
+func exposeHostnames(ex *v1alpha1.TenantExpose) []string {
+	switch {
 	case ex == nil:
 		return nil
 	case ex.Ingress != nil:

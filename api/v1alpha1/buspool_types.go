@@ -303,8 +303,9 @@ type PoolPlacement struct {
 	// +optional
 	DocumentHash string `json:"documentHash,omitempty"`
 	// HostNames are the host names the replicas present the Tenant's own
-	// key pair for (spec.tls): those of its certificate that no older
-	// Tenant on the pool holds and that are not the pool Service's.
+	// key pair for (spec.tls): those of its certificate that overlap
+	// neither the pool's own names nor a name another Tenant on the pool
+	// holds.
 	// +kubebuilder:validation:MaxItems=32
 	// +listType=set
 	// +optional
@@ -345,8 +346,8 @@ const (
 	// message has the replica's error.
 	ReasonConfigurationRefused = "ConfigurationRefused"
 	// ReasonKeyPairNotServed: the Tenant has a key pair of its own
-	// (spec.tls) that its pool cannot present yet: not in its Secret,
-	// not a usable pair, or the pool serves plain HTTP.
+	// (spec.tls) that its pool cannot present yet: its Secret is missing
+	// or holds no usable pair.
 	ReasonKeyPairNotServed = "KeyPairNotServed"
 	// ReasonClusterConnected: the operator reaches the pool's NATS
 	// cluster and its buckets.

@@ -31,7 +31,7 @@ const (
 //
 // +kubebuilder:validation:XValidation:rule="has(self.workspaceID) == has(oldSelf.workspaceID)",message="workspaceID is immutable: it can be neither set nor removed after creation"
 // +kubebuilder:validation:XValidation:rule="!has(self.storage) || !has(self.storage.embedded) || !has(self.replicas) || self.replicas <= 1",message="embedded storage serves one replica; use storage.external to run more"
-// +kubebuilder:validation:XValidation:rule="!has(self.pool) || !has(self.tls) || !has(self.tls.issuerRef) || has(self.tls.dnsNames) || has(self.expose)",message="a pooled Tenant has no Service of its own: with spec.tls.issuerRef its certificate covers spec.tls.dnsNames and the host names of spec.expose, so set one of them"
+// +kubebuilder:validation:XValidation:rule="!has(self.pool) || !has(self.tls) || !has(self.tls.issuerRef) || (has(self.tls.dnsNames) && size(self.tls.dnsNames) > 0) || (has(self.expose) && (has(self.expose.ingress) || (has(self.expose.gateway) && has(self.expose.gateway.hostnames) && size(self.expose.gateway.hostnames) > 0)))",message="a pooled Tenant has no Service of its own: with spec.tls.issuerRef its certificate covers spec.tls.dnsNames and the host names of spec.expose, so set one of them"
 type TenantSpec struct {
 	// WorkspaceID is the workspace id: the {t} of every route, the audience
 	// of its tokens, and part of its stream and bucket names. Default: the

@@ -21,7 +21,9 @@ type TenantTLS struct {
 	IssuerRef *IssuerReference `json:"issuerRef,omitempty"`
 	// DNSNames are names the certificate covers besides the bus Service's
 	// own in-cluster names (the host names producers outside the cluster
-	// use). Only with IssuerRef: a provided Secret is taken as it is.
+	// use); on a pool, where the Tenant has no Service of its own, the
+	// only names besides spec.expose's. Only with IssuerRef: a provided
+	// Secret is taken as it is.
 	// +kubebuilder:validation:MaxItems=32
 	// +kubebuilder:validation:items:MaxLength=253
 	// +listType=set

@@ -11,8 +11,10 @@ import (
 // Hosts holds the key pairs that workspaces bring of their own (a pool's
 // replicas serve many workspaces), each presented to the clients that
 // name one of its host names in their hello (SNI). A host name two
-// workspaces both claim is served by neither: neither can take a name
-// from the other, and the bus's own pair answers it. Handshakes read a
+// workspaces both claim is served by neither, nor by a third's wildcard:
+// neither can take a name from the other, and the bus's own pair answers
+// it. A name one workspace claims exactly is its, even under another's
+// wildcard (the operator gives no Tenant a name that overlaps another's). Handshakes read a
 // snapshot without a lock; Set and Remove build a new one.
 type Hosts struct {
 	mu sync.Mutex
@@ -76,6 +78,10 @@ func (h *Hosts) rebuild() {
 		for _, n := range p.hosts {
 			if claims[n] == 1 {
 				next[n] = p.cert
+			} else {
+				// Contested: nil, so that no wildcard of a third
+				// workspace answers it either.
+				next[n] = nil
 			}
 		}
 	}
@@ -103,7 +109,7 @@ func (h *Hosts) Lookup(serverName string) *tls.Certificate {
 	name := strings.ToLower(strings.TrimSuffix(serverName, "."))
 	byName := *h.byName.Load()
 	if c, ok := byName[name]; ok {
-		return c
+		return c // nil when contested
 	}
 	if _, parent, ok := strings.Cut(name, "."); ok && parent != "" {
 		return byName["*."+parent]

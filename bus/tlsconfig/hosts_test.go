@@ -59,6 +59,15 @@ func TestHostsPresentEachWorkspacesPairByName(t *testing.T) {
 	if h.Lookup("news.brand.example") != nil {
 		t.Error("a host name two workspaces claim is presented")
 	}
+	// Nor by a third workspace's wildcard over it.
+	h.Set("wild", pairFor(t, ca, "*.brand.example"), []string{"*.brand.example"})
+	if h.Lookup("news.brand.example") != nil {
+		t.Error("a host name two workspaces claim is presented with a third's wildcard")
+	}
+	if h.Lookup("other.brand.example") == nil {
+		t.Error("the wildcard does not answer a name no one else claims")
+	}
+	h.Remove("wild")
 	if h.Lookup("sport.brand.example") != sport || h.Lookup("x.wire.brand.example") != news {
 		t.Error("the names only one workspace claims are not presented")
 	}

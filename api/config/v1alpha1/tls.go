@@ -30,6 +30,15 @@ type WorkspaceTLS struct {
 // be the wildcard "*".
 var hostPattern = regexp.MustCompile(`^(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 
+// ValidHost reports whether h may be one of WorkspaceTLS.Hosts: a
+// lower-case DNS name of at most 253 bytes, its first label possibly the
+// wildcard "*".
+func ValidHost(h string) bool { return len(h) <= 253 && hostPattern.MatchString(h) }
+
+// Overlap reports whether host names a and b can name one host: they are
+// the same, or one is a wildcard covering the other.
+func Overlap(a, b string) bool { return a == b || Covers([]string{a}, b) || Covers([]string{b}, a) }
+
 // KeyPair parses the pair.
 func (t *WorkspaceTLS) KeyPair() (tls.Certificate, error) {
 	return tls.X509KeyPair([]byte(t.Certificate), []byte(t.Key))
@@ -46,7 +55,7 @@ func (t *WorkspaceTLS) validate() error {
 	var errs []error
 	for i, h := range t.Hosts {
 		switch {
-		case len(h) > 253 || !hostPattern.MatchString(h):
+		case !ValidHost(h):
 			errs = append(errs, fmt.Errorf("hosts[%d] %q must be a lower-case DNS name, its first label possibly *", i, h))
 		case slices.Index(t.Hosts, h) != i:
 			errs = append(errs, fmt.Errorf("hosts[%d] %q is named twice", i, h))
