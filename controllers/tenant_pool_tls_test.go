@@ -27,7 +27,8 @@ import (
 // and says so; it never gets the pool Service's name or a wildcard over
 // it, nor a name another Tenant on the pool holds or a wildcard over one,
 // even when it is the older; a renewed pair reaches the replica; and once
-// the holder of a name is deleted, the next Tenant claiming it gets it.
+// the holder of a name is deleted or leaves the pool, the next Tenant
+// claiming it gets it.
 func TestPooledTenantBringsItsOwnKeyPair(t *testing.T) {
 	nats, st := startPoolCluster(t)
 	ns := newNamespace(t)
@@ -180,6 +181,27 @@ func TestPooledTenantBringsItsOwnKeyPair(t *testing.T) {
 		}
 		if got := presented("news.brand.example"); got == nil || got.Cmp(rivalSerial) != 0 {
 			return errors.New("news.brand.example is not presented with rival's pair")
+		}
+		return nil
+	})
+
+	// rival leaves the pool: a Tenant waiting for its name gets it.
+	lateSec, lateSerial := keyPairSecret("late-pair", "rival.brand.example")
+	create(t, lateSec)
+	create(t, newTenant(ns, "late", onPool("shared")))
+	eventually(t, "late waits for rival's name", func() error {
+		if c := poolReady("late"); c == nil || !strings.Contains(c.Message, "held by Tenant "+ns+"/rival") {
+			return fmt.Errorf("PoolReady %+v", c)
+		}
+		return nil
+	})
+	update(t, ns, "rival", &v1alpha1.Tenant{}, func(tn *v1alpha1.Tenant) { tn.Spec.Pool.Name = "plain" })
+	eventually(t, "late gets the name rival took away", func() error {
+		if got := hostNames("late"); !slices.Equal(got, []string{"rival.brand.example"}) {
+			return fmt.Errorf("status.pool.hostNames %v", got)
+		}
+		if got := presented("rival.brand.example"); got == nil || got.Cmp(lateSerial) != 0 {
+			return errors.New("rival.brand.example is not presented with late's pair")
 		}
 		return nil
 	})
