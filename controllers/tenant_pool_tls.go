@@ -70,12 +70,15 @@ func (r *TenantPoolReconciler) keyPair(ctx context.Context, s *poolScope) (pair 
 		return nil, "", err
 	}
 	reserved := append(poolServiceNames(s.pool, r.ClusterDomain), exposeHostnames(s.pool.Spec.Expose)...)
+	reserved = append(reserved, r.poolCertificateNames(ctx, s.pool)...)
 	var hosts, taken []string
+	seen := map[string]bool{}
 	for _, n := range parsed.Leaf.DNSNames {
 		n = strings.ToLower(n)
-		if slices.Contains(hosts, n) {
+		if seen[n] {
 			continue
 		}
+		seen[n] = true
 		if why := claimRefused(t, n, reserved, holders); why != "" {
 			taken = append(taken, n+" ("+why+")")
 			continue
@@ -92,9 +95,36 @@ func (r *TenantPoolReconciler) keyPair(ctx context.Context, s *poolScope) (pair 
 	return pair, keyPairNote(pair, taken), nil
 }
 
+// poolCertificateNames are the DNS names of the pool's own certificate,
+// which its replicas answer with its own pair whatever a document says;
+// none when it cannot be read now (the replicas still keep them).
+func (r *TenantPoolReconciler) poolCertificateNames(ctx context.Context, p *v1alpha1.BusPool) []string {
+	sec := &corev1.Secret{}
+	if err := r.Secrets.Get(ctx, types.NamespacedName{Namespace: p.Namespace, Name: p.Spec.TLS.SecretName}, sec); err != nil {
+		return nil
+	}
+	leaf, err := leafCertificate(sec.Data[corev1.TLSCertKey])
+	if err != nil {
+		return nil
+	}
+	names := make([]string, 0, len(leaf.DNSNames))
+	for _, n := range leaf.DNSNames {
+		names = append(names, strings.ToLower(n))
+	}
+	return names
+}
+
+// maxNoted bounds the host names PoolReady lists as not presented: a
+// certificate of hundreds of names must not take a condition's message
+// over its limit.
+const maxNoted = 10
+
 // keyPairNote is what PoolReady says of the Tenant's own key pair: the
 // host names it is presented for, and those it is not, and why.
 func keyPairNote(pair *config.WorkspaceTLS, taken []string) string {
+	if len(taken) > maxNoted {
+		taken = append(taken[:maxNoted:maxNoted], fmt.Sprintf("and %d more", len(taken)-maxNoted))
+	}
 	switch {
 	case pair == nil && len(taken) == 0:
 		return "; its key pair (spec.tls) is not presented: its certificate names no host"

@@ -86,6 +86,10 @@ func TestPooledTenantBringsItsOwnKeyPair(t *testing.T) {
 		}
 	}
 
+	// The pool's own pair, whose names no Tenant gets.
+	poolSec, _ := keyPairSecret("shared-pool-tls", "pool.storybus.example")
+	create(t, poolSec)
+
 	// No Secret yet: not placed, and the condition says so.
 	create(t, newTenant(ns, "brand", onPool("shared")))
 	eventually(t, "brand waits for its key pair", func() error {
@@ -95,7 +99,7 @@ func TestPooledTenantBringsItsOwnKeyPair(t *testing.T) {
 		return nil
 	})
 	serviceName := "shared-pool." + ns + ".svc"
-	sec, brandSerial := keyPairSecret("brand-pair", "news.brand.example", serviceName, "*."+ns+".svc")
+	sec, brandSerial := keyPairSecret("brand-pair", "news.brand.example", serviceName, "*."+ns+".svc", "pool.storybus.example")
 	create(t, sec)
 	eventually(t, "the replica presents brand's pair for its host name only", func() error {
 		if got := hostNames("brand"); !slices.Equal(got, []string{"news.brand.example"}) {
@@ -110,8 +114,9 @@ func TestPooledTenantBringsItsOwnKeyPair(t *testing.T) {
 		t.Errorf("a Tenant's pair is presented for the pool Service's name %s", serviceName)
 	}
 	if c := poolReady("brand"); c == nil || c.Status != metav1.ConditionTrue || !strings.Contains(c.Message, serviceName+" (the pool's own: "+serviceName+")") ||
-		!strings.Contains(c.Message, "*."+ns+".svc (the pool's own: shared-pool") {
-		t.Errorf("PoolReady %+v: want the pool Service's name, and a wildcard over it, named as not presented", c)
+		!strings.Contains(c.Message, "*."+ns+".svc (the pool's own: shared-pool") ||
+		!strings.Contains(c.Message, "pool.storybus.example (the pool's own: pool.storybus.example)") {
+		t.Errorf("PoolReady %+v: want the pool Service's name, a wildcard over it and the pool certificate's name named as not presented", c)
 	}
 	e, err := sp.Documents.Get(ctx, "brand")
 	if err != nil {
@@ -205,4 +210,21 @@ func TestPooledTenantBringsItsOwnKeyPair(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestKeyPairNoteIsBounded: a certificate of many names the Tenant may
+// not claim is summed up, so that PoolReady's message stays within a
+// condition's limit.
+func TestKeyPairNoteIsBounded(t *testing.T) {
+	var taken []string
+	for i := range 500 {
+		taken = append(taken, fmt.Sprintf("host-%03d.brand.example (held by Tenant news/other as host-%03d.brand.example)", i, i))
+	}
+	note := keyPairNote(&config.WorkspaceTLS{Hosts: []string{"news.brand.example"}}, taken)
+	if !strings.Contains(note, "host-009.brand.example") || strings.Contains(note, "host-010.brand.example") || !strings.HasSuffix(note, "and 490 more: the pool's key pair answers those") {
+		t.Errorf("note %q: want the first ten names and the count of the rest", note)
+	}
+	if len(note) > 2000 {
+		t.Errorf("note of %d bytes", len(note))
+	}
 }

@@ -51,7 +51,17 @@ func (r *TenantWorkloadReconciler) reconcilePooled(ctx context.Context, t *v1alp
 	if ws.conflict != nil {
 		setCondition(t, nameConflictCondition(v1alpha1.ConditionCertificateReady, ws.conflict))
 	}
-	defer func() { err = errors.Join(err, tlsErr) }()
+	defer func() {
+		// A terminal TLS failure (the Certificate's name taken) is in
+		// CertificateReady; joined to another error it would make that
+		// one terminal too, and stop its retries.
+		switch {
+		case err == nil:
+			err = tlsErr
+		case tlsErr != nil && !errors.Is(tlsErr, reconcile.TerminalError(nil)):
+			err = errors.Join(err, tlsErr)
+		}
+	}()
 	if c := meta.FindStatusCondition(t.Status.Conditions, v1alpha1.ConditionAvailable); c != nil && isConflict(*c) {
 		meta.RemoveStatusCondition(&t.Status.Conditions, v1alpha1.ConditionAvailable)
 	}
