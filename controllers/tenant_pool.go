@@ -37,8 +37,9 @@ import (
 
 // TenantPoolReconciler places a pooled Tenant's workspace on its BusPool:
 // it writes the compiled configuration of the Tenant's ConfigMap, with the
-// signing key and secret access keys of its Secret inline, into the pool's
-// documents bucket under the workspace id, and decides the Tenant's
+// signing key and secret access keys of its Secret inline, and its own key
+// pair with the host names it may claim (tenant_pool_tls.go), into the
+// pool's documents bucket under the workspace id, and decides the Tenant's
 // readiness from what the pool's ready replicas report in the status
 // bucket. It owns PoolReady and status.pool, and, for a pooled Tenant, the
 // readiness part of the status (Available, ConfigurationLoaded, Ready, the
