@@ -2,10 +2,15 @@ package store_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/storybus/storybus/bus/store"
 	"github.com/storybus/storybus/internal/storetest"
@@ -45,5 +50,55 @@ func TestBusesOpenOneWorkspaceAtOnce(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Error(err)
+	}
+}
+
+// TestNewWorkspaceAnswersDirectGetsAtOnce: on a three-node cluster a
+// workspace just opened answers a direct get of its topic and of its
+// records bucket at once, through every server: a replicated stream is
+// acknowledged before its replicas listen for direct gets, and a read in
+// between found no responder (the workspace's first publish answered
+// 503 registry.unavailable).
+func TestNewWorkspaceAnswersDirectGetsAtOnce(t *testing.T) {
+	cluster := storetest.StartCluster(t, storetest.NATSServer(t, "../.."), 3)
+	var stores []*store.Store
+	for _, url := range cluster.URLs() {
+		st, err := store.Connect(store.Options{URL: url, Replicas: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(st.Close)
+		stores = append(stores, st)
+	}
+	ctx := context.Background()
+	// Sixty workspaces, twelve opened at once, so that the servers are
+	// busy creating streams while the first reads come, as a pool's
+	// replicas opening the workspaces of a busy pool are.
+	var noResponders atomic.Int64
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 12)
+	for i := range 60 {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			ws := fmt.Sprintf("fresh-%d", i)
+			w, err := stores[i%3].OpenWorkspace(ctx, ws, 7*24*time.Hour, 0)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			for j := range 3 {
+				if _, err := w.Stream.GetLastMsgForSubject(ctx, "som."+ws+".story.s"+strconv.Itoa(j)); errors.Is(err, nats.ErrNoResponders) {
+					noResponders.Add(1)
+				}
+				if _, err := w.Records.Get(ctx, "k"+strconv.Itoa(j)); errors.Is(err, nats.ErrNoResponders) {
+					noResponders.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if n := noResponders.Load(); n > 0 {
+		t.Errorf("%d direct gets of 360 on workspaces just opened found no responder", n)
 	}
 }

@@ -333,11 +333,49 @@ func (s *Store) OpenWorkspace(ctx context.Context, workspace string, window, ret
 	if err := g.Wait(); err != nil {
 		return nil, err
 	}
+	if s.replicas > 1 {
+		answersDirectGets(ctx, workspace, stream, kv)
+	}
 	return &Workspace{
 		ID: workspace, Stream: stream, Records: kv, RecordsStream: recordsStream, RecordsLossWindow: lossWindow,
 		StreamLeader: NewLeader(s.JS, StreamName(workspace)), RecordsLeader: NewKVLeader(s.JS, RecordsBucket(workspace)),
 		Watch: s.Watch,
 	}, nil
+}
+
+// directGetsWithin bounds the wait for a new replicated stream's direct
+// gets.
+const directGetsWithin = 5 * time.Second
+
+// answersDirectGets waits, at most directGetsWithin, until the topic and
+// the records bucket answer direct gets. A replicated stream just created
+// is acknowledged before its replicas listen for them, and a read in
+// between finds no responder: the workspace's first publish would be
+// answered 503 registry.unavailable. Any answer will do (the probes read
+// keys that do not exist); an error other than no responders, or the
+// wait running out, leaves it to the reads themselves.
+func answersDirectGets(ctx context.Context, workspace string, topic jetstream.Stream, records jetstream.KeyValue) {
+	ctx, cancel := context.WithTimeout(ctx, directGetsWithin)
+	defer cancel()
+	probes := []func(context.Context) error{
+		func(ctx context.Context) error {
+			_, err := topic.GetLastMsgForSubject(ctx, "som."+workspace+".probe.direct-get")
+			return err
+		},
+		func(ctx context.Context) error {
+			_, err := records.Get(ctx, "probe-direct-get")
+			return err
+		},
+	}
+	for _, probe := range probes {
+		for wait := 10 * time.Millisecond; errors.Is(probe(ctx), nats.ErrNoResponders); wait = min(2*wait, 200*time.Millisecond) {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(wait):
+			}
+		}
+	}
 }
 
 // openRecords creates or updates the workspace's records bucket. On the
