@@ -173,6 +173,11 @@ func Open(ctx context.Context, js jetstream.JetStream, workspace string, o Optio
 	if err != nil {
 		return nil, fmt.Errorf("limits bucket of %s: %w", workspace, err)
 	}
+	if o.Replicas > 1 {
+		// Its first reads (a token's attempts, a rate limit) are direct
+		// gets, which a bucket just created may not answer yet.
+		store.AwaitBucket(ctx, kv)
+	}
 	return &Limiter{
 		kv: kv, leader: store.NewKVLeader(js, BucketName(workspace)),
 		clock: o.Clock, opTimeout: o.OpTimeout, lease: o.Lease, log: o.Logger, watch: o.Watch,

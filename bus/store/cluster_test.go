@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/storybus/storybus/bus/store"
 	"github.com/storybus/storybus/internal/storetest"
@@ -55,7 +56,8 @@ func TestBusesOpenOneWorkspaceAtOnce(t *testing.T) {
 
 // TestNewWorkspaceAnswersDirectGetsAtOnce: on a three-node cluster a
 // workspace just opened answers a direct get of its topic and of its
-// records bucket at once, through every server: a replicated stream is
+// records bucket at once, through every server, and so does a bucket
+// AwaitBucket waited for (as the limits bucket is opened): a replicated stream is
 // acknowledged before its replicas listen for direct gets, and a read in
 // between found no responder (the workspace's first publish answered
 // 503 registry.unavailable).
@@ -87,6 +89,13 @@ func TestNewWorkspaceAnswersDirectGetsAtOnce(t *testing.T) {
 				t.Error(err)
 				return
 			}
+			// A bucket of its own, as the limits bucket is opened.
+			kv, err := stores[i%3].JS.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "limits-" + ws, Replicas: 3})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			store.AwaitBucket(ctx, kv)
 			for j := range 3 {
 				if _, err := w.Stream.GetLastMsgForSubject(ctx, "som."+ws+".story.s"+strconv.Itoa(j)); errors.Is(err, nats.ErrNoResponders) {
 					noResponders.Add(1)
@@ -94,11 +103,14 @@ func TestNewWorkspaceAnswersDirectGetsAtOnce(t *testing.T) {
 				if _, err := w.Records.Get(ctx, "k"+strconv.Itoa(j)); errors.Is(err, nats.ErrNoResponders) {
 					noResponders.Add(1)
 				}
+				if _, err := kv.Get(ctx, "k"+strconv.Itoa(j)); errors.Is(err, nats.ErrNoResponders) {
+					noResponders.Add(1)
+				}
 			}
 		})
 	}
 	wg.Wait()
 	if n := noResponders.Load(); n > 0 {
-		t.Errorf("%d direct gets of 360 on workspaces just opened found no responder", n)
+		t.Errorf("%d direct gets of 540 on workspaces and buckets just opened found no responder", n)
 	}
 }

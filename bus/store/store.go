@@ -357,23 +357,37 @@ const directGetsWithin = 5 * time.Second
 func answersDirectGets(ctx context.Context, workspace string, topic jetstream.Stream, records jetstream.KeyValue) {
 	ctx, cancel := context.WithTimeout(ctx, directGetsWithin)
 	defer cancel()
-	probes := []func(context.Context) error{
-		func(ctx context.Context) error {
-			_, err := topic.GetLastMsgForSubject(ctx, "som."+workspace+".probe.direct-get")
-			return err
-		},
-		func(ctx context.Context) error {
-			_, err := records.Get(ctx, "probe-direct-get")
-			return err
-		},
+	awaitResponder(ctx, func(ctx context.Context) error {
+		_, err := topic.GetLastMsgForSubject(ctx, "som."+workspace+".probe.direct-get")
+		return err
+	})
+	awaitResponder(ctx, probeBucket(records))
+}
+
+// AwaitBucket waits, as OpenWorkspace does for a workspace's streams,
+// until a replicated bucket just opened answers direct gets.
+func AwaitBucket(ctx context.Context, kv jetstream.KeyValue) {
+	ctx, cancel := context.WithTimeout(ctx, directGetsWithin)
+	defer cancel()
+	awaitResponder(ctx, probeBucket(kv))
+}
+
+// probeBucket reads a key of kv that does not exist.
+func probeBucket(kv jetstream.KeyValue) func(context.Context) error {
+	return func(ctx context.Context) error {
+		_, err := kv.Get(ctx, "probe-direct-get")
+		return err
 	}
-	for _, probe := range probes {
-		for wait := 10 * time.Millisecond; errors.Is(probe(ctx), nats.ErrNoResponders); wait = min(2*wait, 200*time.Millisecond) {
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(wait):
-			}
+}
+
+// awaitResponder reads again, after a growing pause, while read finds no
+// responder and ctx lasts.
+func awaitResponder(ctx context.Context, read func(context.Context) error) {
+	for wait := 10 * time.Millisecond; errors.Is(read(ctx), nats.ErrNoResponders); wait = min(2*wait, 200*time.Millisecond) {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
 		}
 	}
 }
