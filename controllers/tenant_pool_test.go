@@ -90,6 +90,22 @@ func startPoolReplica(t *testing.T, natsURL, poolName, name string) *poolReplica
 	return &poolReplica{srv: srv, url: hs.URL}
 }
 
+// serveSharedPool waits for BusPool ns/shared, created on the cluster at
+// natsURL, to reach its cluster (into bp), runs its one replica
+// shared-pool-0 in this process with a ready pod standing for it, and
+// returns the replica and the pool's buckets as st sees them.
+func serveSharedPool(t *testing.T, ns, natsURL string, st *store.Store, bp *v1alpha1.BusPool) (*poolReplica, *pool.Pool) {
+	t.Helper()
+	waitCondition(t, ns, "shared", bp, busPoolGen, v1alpha1.ConditionClusterReady, metav1.ConditionTrue, v1alpha1.ReasonClusterConnected)
+	replica := startPoolReplica(t, natsURL, ns+"_shared", "shared-pool-0")
+	startFakePoolPod(t, ns, "shared", "shared-pool-0")
+	sp, err := pool.Open(context.Background(), st.JS, ns+"_shared", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return replica, sp
+}
+
 // token asks the replica for a token of workspace ws; "" with the status
 // when it issues none.
 func (r *poolReplica) token(ws, clientID, secret string) (string, int) {
@@ -153,14 +169,7 @@ func TestPooledTenant(t *testing.T) {
 	ctx := context.Background()
 	create(t, newBusPool(ns, "shared", nats.ClientURL()))
 	bp := &v1alpha1.BusPool{}
-	waitCondition(t, ns, "shared", bp, busPoolGen, v1alpha1.ConditionClusterReady, metav1.ConditionTrue, v1alpha1.ReasonClusterConnected)
-	poolName := ns + "_shared"
-	replica := startPoolReplica(t, nats.ClientURL(), poolName, "shared-pool-0")
-	startFakePoolPod(t, ns, "shared", "shared-pool-0")
-	sp, err := pool.Open(ctx, st.JS, poolName, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	replica, sp := serveSharedPool(t, ns, nats.ClientURL(), st, bp)
 
 	// Onboarding: the Tenant, its Connection and Grant, then publish
 	// until the replica accepts.

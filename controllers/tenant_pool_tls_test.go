@@ -16,7 +16,6 @@ import (
 
 	config "github.com/storybus/storybus/api/config/v1alpha1"
 	"github.com/storybus/storybus/api/v1alpha1"
-	"github.com/storybus/storybus/bus/pool"
 	"github.com/storybus/storybus/internal/certgen"
 )
 
@@ -37,14 +36,7 @@ func TestPooledTenantBringsItsOwnKeyPair(t *testing.T) {
 		p.Spec.TLS = &v1alpha1.BusPoolTLS{SecretName: "shared-pool-tls"}
 	}))
 	create(t, newBusPool(ns, "plain", nats.ClientURL()))
-	waitCondition(t, ns, "shared", &v1alpha1.BusPool{}, busPoolGen, v1alpha1.ConditionClusterReady, metav1.ConditionTrue, v1alpha1.ReasonClusterConnected)
-	poolName := ns + "_shared"
-	replica := startPoolReplica(t, nats.ClientURL(), poolName, "shared-pool-0")
-	startFakePoolPod(t, ns, "shared", "shared-pool-0")
-	sp, err := pool.Open(ctx, st.JS, poolName, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	replica, sp := serveSharedPool(t, ns, nats.ClientURL(), st, &v1alpha1.BusPool{})
 	ca, err := certgen.NewCA("brands CA")
 	if err != nil {
 		t.Fatal(err)

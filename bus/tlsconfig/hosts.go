@@ -14,8 +14,9 @@ import (
 // workspaces both claim is served by neither, nor by a third's wildcard:
 // neither can take a name from the other, and the bus's own pair answers
 // it. A name one workspace claims exactly is its, even under another's
-// wildcard (the operator gives no Tenant a name that overlaps another's). Handshakes read a
-// snapshot without a lock; Set and Remove build a new one.
+// wildcard (the operator gives no Tenant a name that overlaps another's).
+// Handshakes read a snapshot without a lock; Set and Remove build a new
+// one.
 type Hosts struct {
 	mu sync.Mutex
 	// pairs are the workspaces' pairs and host names, by workspace.
