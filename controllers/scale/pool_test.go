@@ -187,7 +187,7 @@ func TestPoolAtScale(t *testing.T) {
 
 	// The pool's StatefulSet is made ready, with its pods, as soon as the
 	// operator writes it: the replicas listen already.
-	go markStatefulSetsReady(ctx, t, k8s, ns, &fakeBuses{port: 8081})
+	go markStatefulSetsReady(ctx, t, k8s, ns, &fakeBuses{fixed: 8081})
 	bp := &v1alpha1.BusPool{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: poolName}, Spec: v1alpha1.BusPoolSpec{
 		Replicas: ptr(int32(poolReplicas)),
 		NATS:     v1alpha1.ExternalStorage{URL: cluster.URL(), Replicas: int32(streamReplicas)},

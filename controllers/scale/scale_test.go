@@ -700,20 +700,24 @@ func describeNotReady(ctx context.Context, k8s client.Client, kind string, obj v
 	return out
 }
 
-// fakeBuses answers /configz for every bus pod of the namespace: the
-// operator's prober reaches them all at one address.
+// fakeBuses answers /configz for the namespace's bus pods: each
+// StatefulSet's pods at an address of their own, answering with their
+// workspace alone, as a dedicated bus does.
 type fakeBuses struct {
-	port   int32
+	t      *testing.T
 	hashes sync.Map // workspace id -> configuration hash
+
+	// fixed, when set, is the one port every pod names (the pool's
+	// replicas, which listen on their own).
+	fixed int32
+	mu    sync.Mutex
+	ports map[string]int32 // workspace id -> port of its /configz
 }
 
-// startFakeBuses starts the shared /configz server and follows the
-// namespace's ConfigMaps, until ctx ends.
+// startFakeBuses follows the namespace's ConfigMaps, until ctx ends, for
+// the /configz servers startPods starts.
 func startFakeBuses(ctx context.Context, t *testing.T, k8s client.WithWatch, ns string) *fakeBuses {
-	b := &fakeBuses{}
-	srv := httptest.NewServer(http.HandlerFunc(b.configz))
-	t.Cleanup(srv.Close)
-	b.port = int32(srv.Listener.Addr().(*net.TCPAddr).Port)
+	b := &fakeBuses{t: t, ports: map[string]int32{}}
 	go func() {
 		for ctx.Err() == nil {
 			w, err := k8s.Watch(ctx, &corev1.ConfigMapList{}, client.InNamespace(ns))
@@ -736,24 +740,40 @@ func startFakeBuses(ctx context.Context, t *testing.T, k8s client.WithWatch, ns 
 	return b
 }
 
-func (b *fakeBuses) configz(w http.ResponseWriter, _ *http.Request) {
-	var loaded []bus.LoadedConfig
-	b.hashes.Range(func(ws, hash any) bool {
-		loaded = append(loaded, bus.LoadedConfig{Workspace: ws.(string), ConfigHash: hash.(string)})
-		return true
-	})
-	_ = json.NewEncoder(w).Encode(map[string][]bus.LoadedConfig{"workspaces": loaded})
+// port returns the port of workspace's /configz server, starting it on
+// first use; it stops with the test.
+func (b *fakeBuses) port(workspace string) int32 {
+	if b.fixed != 0 {
+		return b.fixed
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if p, ok := b.ports[workspace]; ok {
+		return p
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		var loaded []bus.LoadedConfig
+		if hash, ok := b.hashes.Load(workspace); ok {
+			loaded = append(loaded, bus.LoadedConfig{Workspace: workspace, ConfigHash: hash.(string)})
+		}
+		_ = json.NewEncoder(w).Encode(map[string][]bus.LoadedConfig{"workspaces": loaded})
+	}))
+	b.t.Cleanup(srv.Close)
+	p := int32(srv.Listener.Addr().(*net.TCPAddr).Port)
+	b.ports[workspace] = p
+	return p
 }
 
 // startPods creates the StatefulSet's pods, ready, with their operations
-// port at the shared /configz server.
+// port at their workspace's /configz server.
 func (b *fakeBuses) startPods(ctx context.Context, t *testing.T, k8s client.Client, sts *appsv1.StatefulSet, n int32) {
+	port := b.port(sts.Spec.Template.Labels["app.kubernetes.io/instance"])
 	for i := range n {
 		pod := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Namespace: sts.Namespace, Name: fmt.Sprintf("%s-%d", sts.Name, i), Labels: sts.Spec.Template.Labels},
 			Spec: corev1.PodSpec{Containers: []corev1.Container{{
 				Name: "bus", Image: "storybus",
-				Ports: []corev1.ContainerPort{{Name: "ops", ContainerPort: b.port, Protocol: corev1.ProtocolTCP}},
+				Ports: []corev1.ContainerPort{{Name: "ops", ContainerPort: port, Protocol: corev1.ProtocolTCP}},
 			}}},
 		}
 		if err := k8s.Create(ctx, pod); err != nil {
