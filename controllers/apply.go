@@ -104,11 +104,16 @@ func (w objectWriter) apply(ctx context.Context, current client.Object, desired 
 		return false, nil
 	}
 	if current != nil && current.GetAnnotations()[annotationApplied] == hash {
+		if verified.same(key, hash, current.GetResourceVersion()) {
+			// This version of the object was found to hold it already.
+			return false, nil
+		}
 		have, err := toJSONMap(current)
 		if err != nil {
 			return false, fmt.Errorf("apply %s: %w", what, err)
 		}
 		if holds(have, want) {
+			verified.wrote(key, hash, current.GetResourceVersion())
 			return false, nil
 		}
 	}

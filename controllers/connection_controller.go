@@ -287,7 +287,7 @@ func secretHash(sec *corev1.Secret) string {
 func (r *ConnectionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return r.Secrets.Watch(ctrl.NewControllerManagedBy(mgr), func(ctx context.Context, o client.Object) []reconcile.Request {
 		var l v1alpha1.ConnectionList
-		if err := r.List(ctx, &l, client.InNamespace(o.GetNamespace()), client.MatchingFields{indexSecretNames: o.GetName()}); err != nil {
+		if err := r.List(ctx, &l, client.InNamespace(o.GetNamespace()), client.MatchingFields{indexSecretNames: o.GetName()}, client.UnsafeDisableDeepCopy); err != nil {
 			return nil
 		}
 		var names []string

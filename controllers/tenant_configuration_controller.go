@@ -469,7 +469,7 @@ func (r *TenantConfigurationReconciler) grantToTenant(ctx context.Context, o cli
 // Connections that read it.
 func (r *TenantConfigurationReconciler) connectionSecretToTenants(ctx context.Context, o client.Object) []reconcile.Request {
 	var l v1alpha1.ConnectionList
-	if err := r.List(ctx, &l, client.InNamespace(o.GetNamespace()), client.MatchingFields{indexSecretNames: o.GetName()}); err != nil {
+	if err := r.List(ctx, &l, client.InNamespace(o.GetNamespace()), client.MatchingFields{indexSecretNames: o.GetName()}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil
 	}
 	var names []string

@@ -119,8 +119,9 @@ func (r *TenantReadinessReconciler) observe(ctx context.Context, t *v1alpha1.Ten
 	if t.Status.ConfigHash == "" {
 		return nil
 	}
+	// The pods are only read: listed without copying the cache.
 	var pods corev1.PodList
-	if err := r.List(ctx, &pods, client.InNamespace(t.Namespace), client.MatchingFields{indexPodTenant: t.Name}); err != nil {
+	if err := r.List(ctx, &pods, client.InNamespace(t.Namespace), client.MatchingFields{indexPodTenant: t.Name}, client.UnsafeDisableDeepCopy); err != nil {
 		return fmt.Errorf("list bus pods: %w", err)
 	}
 	prober := r.Prober

@@ -19,6 +19,15 @@ import (
 // version) is repaired as before.
 var written = &writtenMemo{last: map[writtenKey]writtenAt{}}
 
+// verified remembers, for every object the operator applies, the version
+// of it last found to hold what was applied (and the hash of that): a
+// reconcile that finds the same version again knows it holds the same,
+// without comparing the object field by field. Any change to the object,
+// by anyone, makes a new version, which is compared again. At 500 Tenants
+// those comparisons, each turning a cached object into a JSON map, were
+// a twelfth of what the operator allocated.
+var verified = &writtenMemo{last: map[writtenKey]writtenAt{}}
+
 // writtenKey names one write target: an object by kind, namespace and
 // name, and the part of it written (a status part's field manager, or
 // empty for the whole object).
@@ -55,6 +64,14 @@ func (m *writtenMemo) holds(k writtenKey, hash, cachedVersion string) bool {
 	// such is never skipped.
 	cmp, err := resourceversion.CompareResourceVersion(cachedVersion, w.resourceVersion)
 	return err == nil && cmp < 0
+}
+
+// same reports whether hash at version rv is what m holds for k.
+func (m *writtenMemo) same(k writtenKey, hash, rv string) bool {
+	m.mu.Lock()
+	w, ok := m.last[k]
+	m.mu.Unlock()
+	return ok && rv != "" && w.hash == hash && w.resourceVersion == rv
 }
 
 // wrote remembers that hash was written to k, answered with version rv.
