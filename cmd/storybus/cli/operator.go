@@ -29,6 +29,7 @@ import (
 	"github.com/storybus/storybus/api/v1alpha1"
 	"github.com/storybus/storybus/controllers"
 	"github.com/storybus/storybus/internal/buildinfo"
+	"github.com/storybus/storybus/internal/startpages"
 )
 
 // OperatorOptions are the flags of `storybus operator`.
@@ -65,6 +66,10 @@ type OperatorOptions struct {
 	// none. The bus sets its Go memory limit from it (GOMEMLIMIT).
 	BusMemoryLimit string
 	ClusterDomain  string
+	// APICompression asks the API server to compress its answers (gzip):
+	// off by default, since in a cluster the API server is near and
+	// compressing every list and watch stream costs both sides CPU.
+	APICompression bool
 	// MaxConcurrentReconciles is how many objects of one kind are
 	// reconciled at once; 0 means controller-runtime's default of one.
 	MaxConcurrentReconciles int
@@ -127,6 +132,7 @@ func (o *OperatorOptions) bind(cmd *cobra.Command) {
 	f.StringVar(&o.BusMemoryRequest, "bus-memory-request", DefaultBusMemoryRequest, "memory request of the bus pods of Tenants that set no spec.resources; empty sets none")
 	f.StringVar(&o.BusMemoryLimit, "bus-memory-limit", DefaultBusMemoryLimit, "memory limit of the bus pods of Tenants that set no spec.resources (the bus keeps its Go heap under nine tenths of it); empty sets none")
 	f.StringVar(&o.ClusterDomain, "cluster-domain", "cluster.local", "the cluster's DNS domain, for Tenants' status.endpoint")
+	f.BoolVar(&o.APICompression, "api-compression", false, "ask the API server to gzip its answers (lists, watch streams); off by default, since in a cluster the API server is near and compression costs it and the operator CPU; on for an operator reaching its API server over a slow link")
 	f.IntVar(&o.MaxConcurrentReconciles, "max-concurrent-reconciles", DefaultMaxConcurrentReconciles, "objects of one kind reconciled at once (Tenants, Connections, …); reconciles wait mostly on the API server")
 	f.DurationVar(&o.SyncPeriod, "sync-period", 0, "how often every object is reconciled again even when nothing changed (a resync; it writes nothing when nothing differs); 0 leaves controller-runtime's default of 10h")
 	f.BoolVar(&o.NetworkPolicy, "network-policy", false, "render a NetworkPolicy for the bus pods of every Tenant that does not set spec.networkPolicy.enabled")
@@ -345,6 +351,8 @@ func RunOperator(ctx context.Context, o OperatorOptions, cfg *rest.Config, log l
 	if limit > 0 {
 		log.Info("Go memory limit set", "bytes", limit, "from", "--memory-limit")
 	}
+	cfg = rest.CopyConfig(cfg)
+	cfg.DisableCompression = !o.APICompression
 	scheme, err := controllers.NewScheme()
 	if err != nil {
 		return err
@@ -425,7 +433,38 @@ func RunOperator(ctx context.Context, o OperatorOptions, cfg *rest.Config, log l
 	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
 		return err
 	}
+	if err := mgr.Add(releaseStartPages{cache: mgr.GetCache(), log: log}); err != nil {
+		return err
+	}
 	build := buildinfo.Get()
 	log.Info("storybus operator starting", "version", build.Version, "commit", build.Commit, "goVersion", build.GoVersion, "busImage", o.BusImage, "leaderElect", o.LeaderElect, "watchNamespaces", o.WatchNamespaces, "metricsSecure", o.MetricsSecure)
 	return mgr.Start(ctx)
 }
+
+// releaseStartPages hands back, once the manager's cache has synced, the
+// pages of the binary only the operator's start touched (package
+// startpages): at 500 Tenants about 40 of the 70 MiB of the binary the
+// operator held resident. Every replica does, leader or not.
+type releaseStartPages struct {
+	cache interface {
+		WaitForCacheSync(context.Context) bool
+	}
+	log logr.Logger
+}
+
+// Start implements manager.Runnable.
+func (r releaseStartPages) Start(ctx context.Context) error {
+	if !r.cache.WaitForCacheSync(ctx) {
+		return nil
+	}
+	before, after, err := startpages.Release()
+	if err != nil {
+		r.log.Info("start-up pages of the binary kept", "reason", err.Error())
+		return nil
+	}
+	r.log.Info("start-up pages of the binary handed back", "residentFileBytesBefore", before, "residentFileBytesAfter", after)
+	return nil
+}
+
+// NeedLeaderElection implements manager.LeaderElectionRunnable.
+func (releaseStartPages) NeedLeaderElection() bool { return false }

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -153,5 +155,38 @@ func TestOperatorMemoryLimitFlag(t *testing.T) {
 	var ue usageError
 	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "--memory-limit") {
 		t.Errorf("error %v, want a usage error naming --memory-limit", err)
+	}
+}
+
+// TestOperatorAPICompressionFlag: the operator asks the API server for
+// uncompressed answers unless --api-compression says otherwise (the
+// request's Accept-Encoding, as the API server sees it: over TLS, as an
+// API server always speaks).
+func TestOperatorAPICompressionFlag(t *testing.T) {
+	for _, compress := range []bool{false, true} {
+		t.Run(fmt.Sprintf("api-compression=%v", compress), func(t *testing.T) {
+			encodings := make(chan string, 1)
+			srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				select {
+				case encodings <- r.Header.Get("Accept-Encoding"):
+				default:
+				}
+				http.Error(w, "not an API server", http.StatusServiceUnavailable)
+			}))
+			defer srv.Close()
+			o := OperatorOptions{APICompression: compress, MetricsBindAddress: "0", HealthProbeBindAddress: "0"}
+			if err := RunOperator(t.Context(), o, &rest.Config{Host: srv.URL, TLSClientConfig: rest.TLSClientConfig{Insecure: true}}, logr.Discard()); err == nil {
+				t.Fatal("the operator ran against a server that answers nothing but 503")
+			}
+			var got string
+			select {
+			case got = <-encodings:
+			default:
+				t.Fatal("the operator sent the API server no request")
+			}
+			if gzip := strings.Contains(got, "gzip"); gzip != compress {
+				t.Errorf("Accept-Encoding %q with --api-compression=%v", got, compress)
+			}
+		})
 	}
 }
