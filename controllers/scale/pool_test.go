@@ -206,15 +206,6 @@ func TestPoolAtScale(t *testing.T) {
 		return nil
 	})
 
-	var peakRSS atomic.Int64
-	go func() {
-		for ctx.Err() == nil {
-			if m, err := scrape(metricsAddr); err == nil && int64(m["process_resident_memory_bytes"]) > peakRSS.Load() {
-				peakRSS.Store(int64(m["process_resident_memory_bytes"]))
-			}
-			time.Sleep(time.Second)
-		}
-	}()
 	before, err := scrape(metricsAddr)
 	if err != nil {
 		t.Fatal(err)
@@ -273,7 +264,7 @@ func TestPoolAtScale(t *testing.T) {
 		nBulk, nBulk*connectionsPerTenant, nBulk*connectionsPerTenant, ns, poolName, poolReplicas, streamReplicas, 3, loadAverage())
 	t.Logf("created in %s; all Ready %s after the last create (%s after the first)", created.Round(time.Millisecond), sinceLast.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
 	t.Logf("operator when all Ready: resident %s (peak seen %s), Go heap in use %s, CPU %.1f s (%.1f s of it for the bulk)",
-		mib(m["process_resident_memory_bytes"]), mib(float64(peakRSS.Load())), mib(m["go_memstats_heap_inuse_bytes"]),
+		mib(m["process_resident_memory_bytes"]), mib(float64(peakResident(operator.Process.Pid))), mib(m["go_memstats_heap_inuse_bytes"]),
 		m["process_cpu_seconds_total"], m["process_cpu_seconds_total"]-before["process_cpu_seconds_total"])
 	t.Logf("operator writes for the bulk: %v, %.1f per Tenant (with its 10 Connections and Grants)", bulkWrites, bulkWrites.total()/float64(nBulk))
 	if w, err := apiserverWrites(cfg); err == nil {
@@ -366,7 +357,7 @@ func TestPoolAtScale(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("operator at the end: resident %s (peak seen %s), Go heap in use %s, CPU %.1f s",
-		mib(final["process_resident_memory_bytes"]), mib(float64(peakRSS.Load())), mib(final["go_memstats_heap_inuse_bytes"]), final["process_cpu_seconds_total"])
+		mib(final["process_resident_memory_bytes"]), mib(float64(peakResident(operator.Process.Pid))), mib(final["go_memstats_heap_inuse_bytes"]), final["process_cpu_seconds_total"])
 	for _, r := range replicas {
 		t.Logf("replica %s at the end: %s", r.name, r.memory())
 	}
