@@ -71,6 +71,7 @@ func (r *TenantPoolReconciler) keyPair(ctx context.Context, s *poolScope) (pair 
 	}
 	reserved := append(poolServiceNames(s.pool, r.ClusterDomain), exposeHostnames(s.pool.Spec.Expose)...)
 	reserved = append(reserved, r.poolCertificateNames(ctx, s.pool)...)
+	admitted, bounded := s.pool.AdmittedHostnames(t.Namespace)
 	var hosts, taken []string
 	seen := map[string]bool{}
 	for _, n := range parsed.Leaf.DNSNames {
@@ -79,6 +80,10 @@ func (r *TenantPoolReconciler) keyPair(ctx context.Context, s *poolScope) (pair 
 			continue
 		}
 		seen[n] = true
+		if bounded && !config.Covers(admitted, n) {
+			taken = append(taken, n+" (not among the host names BusPool "+s.pool.Namespace+"/"+s.pool.Name+" admits for namespace "+t.Namespace+")")
+			continue
+		}
 		if why := claimRefused(t, n, reserved, holders); why != "" {
 			taken = append(taken, n+" ("+why+")")
 			continue

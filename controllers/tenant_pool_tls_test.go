@@ -12,6 +12,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	config "github.com/storybus/storybus/api/config/v1alpha1"
@@ -218,5 +219,90 @@ func TestKeyPairNoteIsBounded(t *testing.T) {
 	}
 	if len(note) > 2000 {
 		t.Errorf("note of %d bytes", len(note))
+	}
+}
+
+// TestPoolAdmitsTheHostNamesItListsForANamespace: with
+// spec.tls.tenantHostnames a pooled Tenant's key pair is presented only for
+// the names its namespace's entry covers, the rest are named in PoolReady
+// as not admitted, and a change of the list is in force without a change
+// of the Tenant.
+func TestPoolAdmitsTheHostNamesItListsForANamespace(t *testing.T) {
+	nats, st := startPoolCluster(t)
+	ns := newNamespace(t)
+	create(t, newBusPool(ns, "shared", nats.ClientURL(), func(p *v1alpha1.BusPool) {
+		p.Spec.TLS = &v1alpha1.BusPoolTLS{SecretName: "shared-pool-tls", TenantHostnames: []v1alpha1.TenantHostnames{
+			{Namespace: ns, Hostnames: []string{"*.listed.example"}},
+			{Namespace: "elsewhere", Hostnames: []string{"news.unlisted.example"}},
+		}}
+	}))
+	replica, _ := serveSharedPool(t, ns, nats.ClientURL(), st, &v1alpha1.BusPool{})
+	ca, err := certgen.NewCA("brands CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret := func(name string, hosts ...string) *corev1.Secret {
+		p, err := ca.Sign(certgen.Leaf{CommonName: hosts[0], Hosts: hosts})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Type: corev1.SecretTypeTLS,
+			Data: map[string][]byte{corev1.TLSCertKey: p.CertPEM, corev1.TLSPrivateKeyKey: p.KeyPEM}}
+	}
+	create(t, secret("shared-pool-tls", "pool.storybus.example"))
+	create(t, secret("brand-pair", "news.listed.example", "*.listed.example", "news.unlisted.example", "deep.news.listed.example"))
+	create(t, newTenant(ns, "brand", func(tn *v1alpha1.Tenant) {
+		tn.Spec.Pool = &v1alpha1.PoolReference{Name: "shared"}
+		tn.Spec.TLS = &v1alpha1.TenantTLS{SecretName: "brand-pair"}
+	}))
+	tenant := func() (*v1alpha1.Tenant, *metav1.Condition) {
+		tn := &v1alpha1.Tenant{}
+		if err := get(ns, "brand", tn); err != nil || tn.Status.Pool == nil {
+			return nil, nil
+		}
+		return tn, findCondition(tn.Status.Conditions, v1alpha1.ConditionPoolReady)
+	}
+	notAdmitted := func(n string) string {
+		return n + " (not among the host names BusPool " + ns + "/shared admits for namespace " + ns + ")"
+	}
+	eventually(t, "only the names the pool admits for the namespace are brand's", func() error {
+		tn, c := tenant()
+		if tn == nil || !slices.Equal(tn.Status.Pool.HostNames, []string{"news.listed.example", "*.listed.example"}) {
+			return fmt.Errorf("status.pool %+v", tn)
+		}
+		if c == nil || !strings.Contains(c.Message, notAdmitted("news.unlisted.example")) || !strings.Contains(c.Message, notAdmitted("deep.news.listed.example")) {
+			return fmt.Errorf("PoolReady %+v", c)
+		}
+		if replica.srv.Hosts().Lookup("news.listed.example") == nil {
+			return errors.New("news.listed.example is not presented with brand's pair")
+		}
+		return nil
+	})
+	if replica.srv.Hosts().Lookup("news.unlisted.example") != nil {
+		t.Error("news.unlisted.example, listed for another namespace only, is presented with brand's pair")
+	}
+
+	// The pool admits the name for this namespace too: in force, the
+	// Tenant unchanged.
+	update(t, ns, "shared", &v1alpha1.BusPool{}, func(p *v1alpha1.BusPool) {
+		p.Spec.TLS.TenantHostnames[0].Hostnames = append(p.Spec.TLS.TenantHostnames[0].Hostnames, "news.unlisted.example")
+	})
+	eventually(t, "a name the pool now admits is presented", func() error {
+		tn, _ := tenant()
+		if tn == nil || !slices.Equal(tn.Status.Pool.HostNames, []string{"news.listed.example", "*.listed.example", "news.unlisted.example"}) {
+			return fmt.Errorf("status.pool %+v", tn)
+		}
+		if replica.srv.Hosts().Lookup("news.unlisted.example") == nil {
+			return errors.New("news.unlisted.example is not presented")
+		}
+		return nil
+	})
+
+	// The API server refuses a host name that is not one.
+	err = k8s.Create(context.Background(), newBusPool(ns, "bad", nats.ClientURL(), func(p *v1alpha1.BusPool) {
+		p.Spec.TLS = &v1alpha1.BusPoolTLS{SecretName: "x", TenantHostnames: []v1alpha1.TenantHostnames{{Namespace: ns, Hostnames: []string{"News.Example"}}}}
+	}))
+	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "tenantHostnames") {
+		t.Errorf("a BusPool admitting News.Example: %v, want Invalid naming tenantHostnames", err)
 	}
 }

@@ -101,6 +101,53 @@ type BusPoolTLS struct {
 	// +kubebuilder:validation:MaxLength=253
 	// +required
 	SecretName string `json:"secretName"`
+	// TenantHostnames, when set, are the only host names the pool's
+	// Tenants may claim for their own key pairs (spec.tls), by namespace:
+	// a Tenant's pair is presented only for the names of its certificate
+	// that an entry of its namespace covers ("*.example.com" covers any
+	// one label in front of example.com, and itself). A namespace with no
+	// entry claims none. Unset, a Tenant may claim any name its
+	// certificate names that is not the pool's or another Tenant's.
+	// +listType=map
+	// +listMapKey=namespace
+	// +kubebuilder:validation:MaxItems=1000
+	// +optional
+	TenantHostnames []TenantHostnames `json:"tenantHostnames,omitempty"`
+}
+
+// TenantHostnames are the host names one namespace's Tenants may claim
+// for their own key pairs on a pool.
+type TenantHostnames struct {
+	// Namespace is the Tenants' namespace.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +required
+	Namespace string `json:"namespace"`
+	// Hostnames are lower-case DNS names, the first label of each possibly
+	// the wildcard "*".
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=253
+	// +kubebuilder:validation:items:Pattern=`^(\*\.)?([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\.)*[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`
+	// +listType=set
+	// +required
+	Hostnames []string `json:"hostnames"`
+}
+
+// AdmittedHostnames returns the host names spec.tls.tenantHostnames lets
+// the Tenants of namespace claim, and whether the pool lists any at all
+// (false: it bounds nothing).
+func (p *BusPool) AdmittedHostnames(namespace string) ([]string, bool) {
+	if p.Spec.TLS == nil || p.Spec.TLS.TenantHostnames == nil {
+		return nil, false
+	}
+	for _, e := range p.Spec.TLS.TenantHostnames {
+		if e.Namespace == namespace {
+			return e.Hostnames, true
+		}
+	}
+	return nil, true
 }
 
 // AllowedTenants says which Tenants may be placed on a pool, after Gateway
