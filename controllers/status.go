@@ -166,7 +166,8 @@ func patchStatus[T statusObject](ctx context.Context, c client.Client, rec event
 	return again, nil
 }
 
-// statusField is obj's Status field: every kind patchStatus writes has one.
+// statusField is obj's Status field: every kind of api/v1alpha1 that
+// patchStatus writes has one (TestStatusObjectsHaveAStatus).
 func statusField(obj any) any {
 	return reflect.ValueOf(obj).Elem().FieldByName("Status").Interface()
 }

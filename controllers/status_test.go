@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"errors"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -654,5 +655,15 @@ func TestProgressWaitsItsGrace(t *testing.T) {
 	}
 	if w := m.wait(conn(2, onWay), conn(2, failed), at.Add(time.Minute)); w != 0 {
 		t.Errorf("progress after a failure waits %s: the failure would stay on show", w)
+	}
+}
+
+// TestStatusObjectsHaveAStatus: patchStatus writes the Status field of
+// the kinds it is given; each of them has one.
+func TestStatusObjectsHaveAStatus(t *testing.T) {
+	for _, obj := range []statusObject{&v1alpha1.Connection{}, &v1alpha1.Grant{}, &v1alpha1.OwnershipPolicy{}, &v1alpha1.BusPool{}, &v1alpha1.Tenant{}} {
+		if !reflect.ValueOf(obj).Elem().FieldByName("Status").IsValid() {
+			t.Errorf("%T has no Status field", obj)
+		}
 	}
 }

@@ -107,9 +107,11 @@ type BusPoolTLS struct {
 	// that an entry of its namespace covers ("*.example.com" covers any
 	// one label in front of example.com, and itself). A namespace with no
 	// entry claims none. Unset, a Tenant may claim any name its
-	// certificate names that is not the pool's or another Tenant's.
+	// certificate names that is not the pool's or another Tenant's; an
+	// empty list is refused (leave it unset, or list a namespace).
 	// +listType=map
 	// +listMapKey=namespace
+	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=1000
 	// +optional
 	TenantHostnames []TenantHostnames `json:"tenantHostnames,omitempty"`

@@ -654,8 +654,9 @@ func countReady(ctx context.Context, k8s client.Reader, ns string) (readiness, e
 		c := meta.FindStatusCondition(cs, v1alpha1.ConditionReady)
 		return c != nil && c.Status == metav1.ConditionTrue && c.ObservedGeneration == gen
 	}
+	// Only read: a cache's lists need not be copied.
 	var ts v1alpha1.TenantList
-	if err := k8s.List(ctx, &ts, client.InNamespace(ns)); err != nil {
+	if err := k8s.List(ctx, &ts, client.InNamespace(ns), client.UnsafeDisableDeepCopy); err != nil {
 		return r, err
 	}
 	for _, x := range ts.Items {
@@ -670,7 +671,7 @@ func countReady(ctx context.Context, k8s client.Reader, ns string) (readiness, e
 		return r, nil
 	}
 	var cs v1alpha1.ConnectionList
-	if err := k8s.List(ctx, &cs, client.InNamespace(ns)); err != nil {
+	if err := k8s.List(ctx, &cs, client.InNamespace(ns), client.UnsafeDisableDeepCopy); err != nil {
 		return r, err
 	}
 	for _, x := range cs.Items {
@@ -682,7 +683,7 @@ func countReady(ctx context.Context, k8s client.Reader, ns string) (readiness, e
 		return r, nil
 	}
 	var gs v1alpha1.GrantList
-	if err := k8s.List(ctx, &gs, client.InNamespace(ns)); err != nil {
+	if err := k8s.List(ctx, &gs, client.InNamespace(ns), client.UnsafeDisableDeepCopy); err != nil {
 		return r, err
 	}
 	for _, x := range gs.Items {

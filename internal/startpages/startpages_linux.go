@@ -10,86 +10,128 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Release advises the kernel to reclaim the pages of the running
-// executable's read-only mappings (its code and read-only data), and
-// returns the process's file-backed resident memory before and after, in
-// bytes. Nothing is lost: a page used again is read back in. The mappings
-// the process writes (its data) are left alone.
+// Release unmaps from the process the pages of the running executable's
+// read-only mappings (its code and read-only data), and returns how much
+// of those mappings was resident before and after, in bytes. Nothing is
+// lost: the pages are the file's, and one used again is mapped back from
+// the page cache. A mapping that holds a private copy of a page (read-only
+// now, written once, as a relocated segment is) is left alone: unmapping
+// would drop the copy.
 func Release() (before, after int64, err error) {
 	exe, err := os.Readlink("/proc/self/exe")
 	if err != nil {
 		return 0, 0, err
 	}
-	ranges, err := readOnlyMappings("/proc/self/maps", exe)
+	f, err := os.Open("/proc/self/smaps")
 	if err != nil {
 		return 0, 0, err
 	}
-	if len(ranges) == 0 {
-		return 0, 0, fmt.Errorf("no read-only mapping of %s in /proc/self/maps", exe)
-	}
-	before, err = residentFile()
+	ms, err := parseSmaps(f, exe)
+	f.Close()
 	if err != nil {
 		return 0, 0, err
 	}
-	for _, r := range ranges {
-		// The raw system call: these addresses are not Go memory, and
-		// unix.Madvise wants a slice over them.
-		if _, _, errno := unix.Syscall(unix.SYS_MADVISE, r.start, r.end-r.start, unix.MADV_PAGEOUT); errno != 0 {
-			return before, before, fmt.Errorf("madvise(MADV_PAGEOUT) %#x-%#x: %w", r.start, r.end, errno)
+	var released []mapping
+	for _, m := range ms {
+		if m.releasable() {
+			before += m.rss
+			released = append(released, m)
 		}
 	}
-	after, err = residentFile()
+	if len(released) == 0 {
+		return 0, 0, fmt.Errorf("no read-only mapping of %s without private pages in /proc/self/smaps", exe)
+	}
+	for _, m := range released {
+		// The raw system call: these addresses are not Go memory, which
+		// unix.Madvise would want as a slice.
+		if _, _, errno := unix.Syscall(unix.SYS_MADVISE, m.start, m.end-m.start, unix.MADV_DONTNEED); errno != 0 {
+			return before, before, fmt.Errorf("madvise(MADV_DONTNEED) %#x-%#x: %w", m.start, m.end, errno)
+		}
+	}
+	after, err = Resident()
 	return before, after, err
 }
 
-// mapping is an address range [start, end).
-type mapping struct{ start, end uintptr }
-
-// readOnlyMappings returns the ranges of the maps file (/proc/PID/maps)
-// that map path without write permission.
-func readOnlyMappings(maps, path string) ([]mapping, error) {
-	f, err := os.Open(maps)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	var out []mapping
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		// address perms offset dev inode pathname
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 6 || fields[5] != path || strings.Contains(fields[1], "w") {
-			continue
-		}
-		lo, hi, ok := strings.Cut(fields[0], "-")
-		if !ok {
-			continue
-		}
-		start, err1 := strconv.ParseUint(lo, 16, 64)
-		end, err2 := strconv.ParseUint(hi, 16, 64)
-		if err1 != nil || err2 != nil || end <= start {
-			continue
-		}
-		out = append(out, mapping{start: uintptr(start), end: uintptr(end)})
-	}
-	return out, sc.Err()
-}
-
-// residentFile is the process's file-backed resident memory (RssFile in
-// /proc/self/status), in bytes.
-func residentFile() (int64, error) {
-	b, err := os.ReadFile("/proc/self/status")
+// Resident returns how much of the running executable's read-only,
+// releasable mappings is resident, in bytes.
+func Resident() (int64, error) {
+	exe, err := os.Readlink("/proc/self/exe")
 	if err != nil {
 		return 0, err
 	}
-	for line := range strings.SplitSeq(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "RssFile:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			if err != nil {
-				return 0, fmt.Errorf("RssFile %q: %w", v, err)
-			}
-			return kb << 10, nil
+	f, err := os.Open("/proc/self/smaps")
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	ms, err := parseSmaps(f, exe)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, m := range ms {
+		if m.releasable() {
+			n += m.rss
 		}
 	}
-	return 0, fmt.Errorf("no RssFile in /proc/self/status")
+	return n, nil
+}
+
+// mapping is one mapping of the executable: the address range [start,
+// end), its permissions, and its resident and private anonymous
+// (copied-on-write) memory in bytes.
+type mapping struct {
+	start, end uintptr
+	perms      string
+	rss, anon  int64
+}
+
+// releasable reports whether m may be unmapped without losing anything:
+// never writable now, and holding no private copy of a page.
+func (m mapping) releasable() bool {
+	return !strings.Contains(m.perms, "w") && m.anon == 0
+}
+
+// parseSmaps returns the mappings of path in an smaps file
+// (/proc/PID/smaps).
+func parseSmaps(f *os.File, path string) ([]mapping, error) {
+	var out []mapping
+	var cur *mapping
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		fields := strings.Fields(line)
+		if len(fields) == 0 {
+			continue
+		}
+		if lo, hi, ok := strings.Cut(fields[0], "-"); ok && len(fields) >= 5 && !strings.HasSuffix(fields[0], ":") {
+			// A mapping's header: address perms offset dev inode [pathname].
+			cur = nil
+			if len(fields) < 6 || fields[5] != path {
+				continue
+			}
+			start, err1 := strconv.ParseUint(lo, 16, 64)
+			end, err2 := strconv.ParseUint(hi, 16, 64)
+			if err1 != nil || err2 != nil || end <= start {
+				continue
+			}
+			out = append(out, mapping{start: uintptr(start), end: uintptr(end), perms: fields[1]})
+			cur = &out[len(out)-1]
+			continue
+		}
+		if cur == nil || len(fields) < 2 {
+			continue
+		}
+		kb, err := strconv.ParseInt(fields[1], 10, 64)
+		if err != nil {
+			continue
+		}
+		switch fields[0] {
+		case "Rss:":
+			cur.rss = kb << 10
+		case "Anonymous:":
+			cur.anon = kb << 10
+		}
+	}
+	return out, sc.Err()
 }

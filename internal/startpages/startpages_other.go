@@ -8,3 +8,8 @@ import "errors"
 func Release() (before, after int64, err error) {
 	return 0, 0, errors.ErrUnsupported
 }
+
+// Resident is not supported outside Linux.
+func Resident() (int64, error) {
+	return 0, errors.ErrUnsupported
+}

@@ -69,6 +69,7 @@ func newDevCommand() *cobra.Command {
 				scheme = "https"
 			}
 			out := cmd.OutOrStdout()
+			o.ReleaseStartPages = true
 			return Serve(cmd.Context(), *o, []*config.Workspace{cfg}, slog.New(newLogHandler(cmd.ErrOrStderr(), o.LogFormat, o.LogLevel)),
 				func(api, ops net.Addr) {
 					if configFile != "" {

@@ -64,6 +64,10 @@ type ServeOptions struct {
 	// Pool names the bus pool whose workspaces this bus serves, from the
 	// pool's buckets on the --nats-url cluster, as replica PoolReplica.
 	Pool, PoolReplica string
+	// ReleaseStartPages has the bus, once it serves, unmap the pages of
+	// its binary only its start touched (package startpages): the serve
+	// and dev commands set it, a bus run inside another program does not.
+	ReleaseStartPages bool
 	// DrainPeriod is how long a stopping bus goes on serving, not ready,
 	// before it completes what is in progress and exits.
 	DrainPeriod time.Duration
@@ -211,6 +215,7 @@ func newServeCommand() *cobra.Command {
 				seen[cfg.ID] = p
 				cfgs = append(cfgs, cfg)
 			}
+			o.ReleaseStartPages = true
 			return Serve(cmd.Context(), *o, cfgs, slog.New(newLogHandler(cmd.ErrOrStderr(), o.LogFormat, o.LogLevel)), nil)
 		},
 	}
@@ -466,13 +471,11 @@ func serveHTTP(ctx context.Context, o ServeOptions, cfgs []*config.Workspace, sr
 	if ready != nil {
 		ready(apiLn.Addr(), opsLn.Addr())
 	}
-	// Serving: the start is behind the bus. The pages of the binary only
-	// it touched (every package's initialiser, the operator's included)
-	// were most of an idle bus's resident memory.
-	if before, after, err := startpages.Release(); err != nil {
-		log.Info("start-up pages of the binary kept", "reason", err.Error())
-	} else {
-		log.Info("start-up pages of the binary handed back", "residentFileBytesBefore", before, "residentFileBytesAfter", after)
+	if o.ReleaseStartPages {
+		// Serving: the start is behind the bus. The pages of the binary
+		// only it touched (every package's initialiser, the operator's
+		// included) were most of an idle bus's resident memory.
+		unmapStartPages(log)
 	}
 	select {
 	case <-ctx.Done():
@@ -555,4 +558,15 @@ func parseProxies(vs []string) ([]netip.Prefix, error) {
 		out = append(out, p.Masked())
 	}
 	return out, nil
+}
+
+// unmapStartPages unmaps the pages of the binary only the process's
+// start touched (package startpages), and logs what it did.
+func unmapStartPages(log *slog.Logger) {
+	before, after, err := startpages.Release()
+	if err != nil {
+		log.Info("start-up pages of the binary kept", "reason", err.Error())
+		return
+	}
+	log.Info("start-up pages of the binary unmapped", "residentBytesBefore", before, "residentBytesAfter", after)
 }
