@@ -18,30 +18,14 @@ import (
 // now, written once, as a relocated segment is) is left alone: unmapping
 // would drop the copy.
 func Release() (before, after int64, err error) {
-	exe, err := os.Readlink("/proc/self/exe")
+	ms, err := releasable()
 	if err != nil {
 		return 0, 0, err
 	}
-	f, err := os.Open("/proc/self/smaps")
-	if err != nil {
-		return 0, 0, err
-	}
-	ms, err := parseSmaps(f, exe)
-	f.Close()
-	if err != nil {
-		return 0, 0, err
-	}
-	var released []mapping
 	for _, m := range ms {
-		if m.releasable() {
-			before += m.rss
-			released = append(released, m)
-		}
+		before += m.rss
 	}
-	if len(released) == 0 {
-		return 0, 0, fmt.Errorf("no read-only mapping of %s without private pages in /proc/self/smaps", exe)
-	}
-	for _, m := range released {
+	for _, m := range ms {
 		// The raw system call: these addresses are not Go memory, which
 		// unix.Madvise would want as a slice.
 		if _, _, errno := unix.Syscall(unix.SYS_MADVISE, m.start, m.end-m.start, unix.MADV_DONTNEED); errno != 0 {
@@ -55,26 +39,43 @@ func Release() (before, after int64, err error) {
 // Resident returns how much of the running executable's read-only,
 // releasable mappings is resident, in bytes.
 func Resident() (int64, error) {
-	exe, err := os.Readlink("/proc/self/exe")
-	if err != nil {
-		return 0, err
-	}
-	f, err := os.Open("/proc/self/smaps")
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	ms, err := parseSmaps(f, exe)
+	ms, err := releasable()
 	if err != nil {
 		return 0, err
 	}
 	var n int64
 	for _, m := range ms {
-		if m.releasable() {
-			n += m.rss
-		}
+		n += m.rss
 	}
 	return n, nil
+}
+
+// releasable returns the running executable's mappings that may be
+// unmapped, as /proc/self/smaps describes them now.
+func releasable() ([]mapping, error) {
+	exe, err := os.Readlink("/proc/self/exe")
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.Open("/proc/self/smaps")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	ms, err := parseSmaps(f, exe)
+	if err != nil {
+		return nil, err
+	}
+	out := ms[:0]
+	for _, m := range ms {
+		if m.releasable() {
+			out = append(out, m)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no read-only mapping of %s without private pages in /proc/self/smaps", exe)
+	}
+	return out, nil
 }
 
 // mapping is one mapping of the executable: the address range [start,

@@ -29,7 +29,6 @@ import (
 	"github.com/storybus/storybus/api/v1alpha1"
 	"github.com/storybus/storybus/controllers"
 	"github.com/storybus/storybus/internal/buildinfo"
-	"github.com/storybus/storybus/internal/startpages"
 )
 
 // OperatorOptions are the flags of `storybus operator`.
@@ -66,9 +65,10 @@ type OperatorOptions struct {
 	// none. The bus sets its Go memory limit from it (GOMEMLIMIT).
 	BusMemoryLimit string
 	ClusterDomain  string
-	// APICompression asks the API server to compress its answers (gzip):
-	// off by default, since in a cluster the API server is near and
-	// compressing every list and watch stream costs both sides CPU.
+	// APICompression asks the API server to compress its large answers
+	// (gzip): off by default, since in a cluster the API server is near
+	// and compressing its lists and watch-list streams costs both sides
+	// CPU. A kubeconfig that disables compression keeps it disabled.
 	APICompression bool
 	// MaxConcurrentReconciles is how many objects of one kind are
 	// reconciled at once; 0 means controller-runtime's default of one.
@@ -459,12 +459,7 @@ func (r releaseStartPages) Start(ctx context.Context) error {
 	if !r.cache.WaitForCacheSync(ctx) {
 		return nil
 	}
-	before, after, err := startpages.Release()
-	if err != nil {
-		r.log.Info("start-up pages of the binary kept", "reason", err.Error())
-		return nil
-	}
-	r.log.Info("start-up pages of the binary unmapped", "residentBytesBefore", before, "residentBytesAfter", after)
+	unmapStartPages(slog.New(logr.ToSlogHandler(r.log)))
 	return nil
 }
 
