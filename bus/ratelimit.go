@@ -71,6 +71,7 @@ func (s *Server) openLimiter(ctx context.Context, workspace string) (*limits.Lim
 	return limits.Open(ctx, s.opts.Store.JS, workspace, limits.Options{
 		Clock:    s.opts.Clock,
 		Replicas: s.opts.Store.Replicas(),
+		Shared:   s.opts.Store.SharedBuckets(),
 		// A slot outlives its request, with a minute for the clocks of
 		// replicas to differ.
 		Lease:  s.opts.RequestTimeout + time.Minute,

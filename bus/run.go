@@ -32,6 +32,10 @@ type RunOptions struct {
 	NATSCredentials string
 	// Replicas of every stream and bucket the bus creates.
 	Replicas int
+	// SharedBuckets keeps workspaces' records and limit counters in the
+	// buckets a cluster's pooled workspaces share (store.Options): a pool
+	// replica's store.
+	SharedBuckets bool
 	// Bus configures the server; Run sets its Store and SoleWriter.
 	Bus Options
 	// Workspaces are applied before serve is called.
@@ -96,7 +100,7 @@ func Run(ctx context.Context, o RunOptions, serve func(ctx context.Context, srv 
 			}
 		}()
 	}
-	st, err := store.Connect(store.Options{URL: o.NATSURL, Embedded: ns, CredentialsFile: o.NATSCredentials, Replicas: o.Replicas, Name: "storybus-bus", CleanStart: cleanStart})
+	st, err := store.Connect(store.Options{URL: o.NATSURL, Embedded: ns, CredentialsFile: o.NATSCredentials, Replicas: o.Replicas, Name: "storybus-bus", CleanStart: cleanStart, SharedBuckets: o.SharedBuckets})
 	if err != nil {
 		return err
 	}

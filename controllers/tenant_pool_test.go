@@ -51,7 +51,7 @@ func startPoolReplica(t *testing.T, natsURL, poolName, name string) *poolReplica
 	go func() {
 		// Hosts: the replica takes the workspaces' own key pairs, as one
 		// serving HTTPS does (its publish API here is plain HTTP).
-		done <- bus.Run(ctx, bus.RunOptions{NATSURL: natsURL, Replicas: 1, Bus: bus.Options{Logger: log, RequestTimeout: 10 * time.Second, Hosts: tlsconfig.NewHosts()}},
+		done <- bus.Run(ctx, bus.RunOptions{NATSURL: natsURL, Replicas: 1, SharedBuckets: true, Bus: bus.Options{Logger: log, RequestTimeout: 10 * time.Second, Hosts: tlsconfig.NewHosts()}},
 			func(ctx context.Context, srv *bus.Server) error {
 				p, err := pool.Open(ctx, srv.Store().JS, poolName, 1)
 				if err != nil {

@@ -89,6 +89,10 @@ type Options struct {
 	Clock Clock
 	// Replicas of the bucket: 1 on an embedded server, 3 on a cluster.
 	Replicas int
+	// Shared keeps the workspace's counters as its keys of the bucket the
+	// cluster's pooled workspaces share (store.SharedLimitsBucket), not in
+	// a bucket of its own.
+	Shared bool
 	// OpTimeout bounds one batch of store operations, retries included;
 	// default 2s. A check waits at most two batches.
 	OpTimeout time.Duration
@@ -160,6 +164,10 @@ func Open(ctx context.Context, js jetstream.JetStream, workspace string, o Optio
 		Storage:     jetstream.FileStorage,
 		Replicas:    o.Replicas,
 	}
+	if o.Shared {
+		cfg.Bucket = store.SharedLimitsBucket
+		cfg.Description = "storybus rate limit and daily quota counters of the pooled workspaces"
+	}
 	kv, err := store.CreateOrUpdate(ctx, func(ctx context.Context) (jetstream.KeyValue, error) {
 		// A bucket that has these settings is only looked up: an update
 		// is a write, even to the same settings (store.OpenWorkspace).
@@ -178,8 +186,12 @@ func Open(ctx context.Context, js jetstream.JetStream, workspace string, o Optio
 		// gets, which a bucket just created may not answer yet.
 		store.AwaitBucket(ctx, kv)
 	}
+	leader := store.NewKVLeader(js, cfg.Bucket)
+	if o.Shared {
+		kv, leader = store.SharedKeys(kv, workspace), leader.Shared(workspace)
+	}
 	return &Limiter{
-		kv: kv, leader: store.NewKVLeader(js, BucketName(workspace)),
+		kv: kv, leader: leader,
 		clock: o.Clock, opTimeout: o.OpTimeout, lease: o.Lease, log: o.Logger, watch: o.Watch,
 		counters: map[string]*counter{},
 	}, nil

@@ -142,7 +142,7 @@ func (c *Core) latestRecords(ctx context.Context, since time.Time) (map[string]k
 	if info.State.Msgs == 0 {
 		return known, nil
 	}
-	prefix := "$KV." + store.RecordsBucket(c.ws.ID) + "."
+	prefix := c.ws.RecordsSubjects
 	err = c.scan(ctx, c.ws.RecordsStream, "storybus: reading records at start", since, info.State.LastSeq, false, func(m jetstream.Msg, seq uint64) error {
 		key, ok := strings.CutPrefix(m.Subject(), prefix)
 		if !ok || m.Headers().Get("KV-Operation") != "" || m.Headers().Get(jetstream.MarkerReasonHeader) != "" {

@@ -12,8 +12,9 @@ import (
 func LimitsBucket(workspace string) string { return "limits-" + workspace }
 
 // DeleteWorkspace deletes what a workspace is made of in the store: its
-// stream and its records and limits buckets (those that exist). It returns
-// what it deleted ("stream …", "bucket …"), even when it then failed. This
+// stream, its records and limits buckets (those that exist) and its keys
+// of the buckets pooled workspaces share. It returns what it deleted
+// ("stream …", "bucket …", "keys of bucket …"), even when it then failed. This
 // is the one place that knows a workspace's store objects for whoever
 // deletes one (the operator, for a Tenant whose deletion policy says so).
 func DeleteWorkspace(ctx context.Context, js jetstream.JetStream, workspace string) ([]string, error) {
@@ -33,5 +34,6 @@ func DeleteWorkspace(ctx context.Context, js jetstream.JetStream, workspace stri
 			return deleted, fmt.Errorf("delete bucket %s: %w", bucket, err)
 		}
 	}
-	return deleted, nil
+	purged, err := purgeShared(ctx, js, workspace)
+	return append(deleted, purged...), err
 }

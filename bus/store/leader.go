@@ -127,6 +127,9 @@ func apiPrefix(o jetstream.JetStreamOptions) string {
 type KVLeader struct {
 	Leader
 	bucket string
+	// prefix begins each key in the bucket: a workspace's, in a shared
+	// bucket (SharedKeys), or none.
+	prefix string
 }
 
 // NewKVLeader returns the reader of the leader of bucket's stream.
@@ -134,10 +137,20 @@ func NewKVLeader(js jetstream.JetStream, bucket string) KVLeader {
 	return KVLeader{Leader: NewLeader(js, "KV_"+bucket), bucket: bucket}
 }
 
+// Shared returns the reader of workspace's keys in l's bucket, a shared
+// one: the leader's side of SharedKeys.
+func (l KVLeader) Shared(workspace string) KVLeader {
+	l.prefix = SharedKeyPrefix(workspace)
+	return l
+}
+
+// subject is the subject of key's values.
+func (l KVLeader) subject(key string) string { return "$KV." + l.bucket + "." + l.prefix + key }
+
 // Get reads the latest value of key: jetstream.ErrKeyNotFound when it
 // holds none (never written, deleted, purged or expired).
 func (l KVLeader) Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
-	m, err := l.LastMsgForSubject(ctx, "$KV."+l.bucket+"."+key)
+	m, err := l.LastMsgForSubject(ctx, l.subject(key))
 	return l.entry(key, m, err)
 }
 
@@ -145,7 +158,7 @@ func (l KVLeader) Get(ctx context.Context, key string) (jetstream.KeyValueEntry,
 // revision is not the key's, or not a value.
 func (l KVLeader) GetRevision(ctx context.Context, key string, revision uint64) (jetstream.KeyValueEntry, error) {
 	m, err := l.GetMsg(ctx, revision)
-	if err == nil && m.Subject != "$KV."+l.bucket+"."+key {
+	if err == nil && m.Subject != l.subject(key) {
 		return nil, jetstream.ErrKeyNotFound
 	}
 	return l.entry(key, m, err)

@@ -102,6 +102,12 @@ type Options struct {
 	// CleanStart says that the embedded store was last stopped cleanly
 	// (TakeCleanStop): no record can have been lost, and none is rebuilt.
 	CleanStart bool
+	// SharedBuckets keeps a new workspace's records and limit counters as
+	// keys of buckets the cluster's pooled workspaces share
+	// (SharedRecordsBucket, SharedLimitsBucket), so that a workspace is one
+	// stream, its topic, not three: a pool's replicas set it. A workspace
+	// whose records bucket of its own exists keeps it.
+	SharedBuckets bool
 }
 
 // Store is a connection to JetStream.
@@ -118,6 +124,8 @@ type Store struct {
 	recordsLossWindow time.Duration
 	// cleanStart: see Options.CleanStart.
 	cleanStart bool
+	// sharedBuckets: see Options.SharedBuckets.
+	sharedBuckets bool
 }
 
 // lossMargin widens the window of records a crash may have lost, for the
@@ -157,7 +165,7 @@ func Connect(o Options) (*Store, error) {
 	if replicas < 1 {
 		replicas = 1
 	}
-	st := &Store{Conn: nc, JS: js, Watch: watch, replicas: replicas, cleanStart: o.CleanStart}
+	st := &Store{Conn: nc, JS: js, Watch: watch, replicas: replicas, cleanStart: o.CleanStart, sharedBuckets: o.SharedBuckets && o.Embedded == nil}
 	if o.Embedded != nil {
 		// The embedded server lives and dies with this process, so this
 		// process can rebuild, at its start, the records a crash lost.
@@ -233,11 +241,18 @@ type Workspace struct {
 	ID string
 	// Stream is the workspace's topic; story heads are its per-story subjects.
 	Stream jetstream.Stream
-	// Records is the idempotency record bucket.
+	// Records is the idempotency record bucket: the workspace's own, or
+	// its keys of a shared one (Options.SharedBuckets).
 	Records jetstream.KeyValue
+	// RecordsBucket names the bucket Records is, or is part of.
+	RecordsBucket string
 	// RecordsStream is the stream behind Records, which a start reads
 	// in order to rebuild the records a crash lost (publish.Core.Recover).
 	RecordsStream jetstream.Stream
+	// RecordsSubjects begins the subject of each of the workspace's
+	// records in RecordsStream ("$KV.<bucket>." and, in a shared bucket,
+	// the workspace's key prefix).
+	RecordsSubjects string
 	// StreamLeader and RecordsLeader read the topic and the records from
 	// their streams' leaders, which Stream and Records, reading with
 	// direct gets, may be behind: to confirm a compare-and-swap that
@@ -259,6 +274,10 @@ type Workspace struct {
 // Replicas returns how many copies the store keeps of each stream and
 // bucket it creates.
 func (s *Store) Replicas() int { return s.replicas }
+
+// SharedBuckets reports whether new workspaces keep their records and
+// limit counters in shared buckets (Options.SharedBuckets).
+func (s *Store) SharedBuckets() bool { return s.sharedBuckets }
 
 // StreamName returns the name of a workspace's topic stream.
 func StreamName(workspace string) string { return "som-" + workspace }
@@ -309,9 +328,8 @@ func (s *Store) OpenWorkspace(ctx context.Context, workspace string, window, ret
 	// on, and a workspace new to a pool's replica waited for one after
 	// the other.
 	var (
-		stream, recordsStream jetstream.Stream
-		kv                    jetstream.KeyValue
-		lossWindow            time.Duration
+		stream  jetstream.Stream
+		records records
 	)
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() (err error) {
@@ -324,7 +342,7 @@ func (s *Store) OpenWorkspace(ctx context.Context, workspace string, window, ret
 		return nil
 	})
 	g.Go(func() (err error) {
-		kv, recordsStream, lossWindow, err = s.openRecords(gctx, workspace, window, o.durableRecords)
+		records, err = s.openRecords(gctx, workspace, window, o.durableRecords)
 		if err != nil {
 			return fmt.Errorf("records bucket of %s: %w", workspace, err)
 		}
@@ -334,13 +352,25 @@ func (s *Store) OpenWorkspace(ctx context.Context, workspace string, window, ret
 		return nil, err
 	}
 	if s.replicas > 1 {
-		answersDirectGets(ctx, workspace, stream, kv)
+		answersDirectGets(ctx, workspace, stream, records.kv)
 	}
 	return &Workspace{
-		ID: workspace, Stream: stream, Records: kv, RecordsStream: recordsStream, RecordsLossWindow: lossWindow,
-		StreamLeader: NewLeader(s.JS, StreamName(workspace)), RecordsLeader: NewKVLeader(s.JS, RecordsBucket(workspace)),
+		ID: workspace, Stream: stream,
+		Records: records.kv, RecordsBucket: records.bucket, RecordsStream: records.stream, RecordsSubjects: records.subjects,
+		RecordsLossWindow: records.lossWindow,
+		StreamLeader:      NewLeader(s.JS, StreamName(workspace)), RecordsLeader: records.leader,
 		Watch: s.Watch,
 	}, nil
+}
+
+// records is a workspace's records bucket, opened.
+type records struct {
+	kv         jetstream.KeyValue
+	bucket     string
+	stream     jetstream.Stream
+	subjects   string
+	leader     KVLeader
+	lossWindow time.Duration
 }
 
 // directGetsWithin bounds the wait for a new replicated stream's direct
@@ -397,9 +427,40 @@ func awaitResponder(ctx context.Context, read func(context.Context) error) {
 // record is acknowledged before it is flushed, so that a publish has one
 // synchronous durable write on its path (the message's), not two. A
 // bucket keeps the persistence it was created with, which the store
-// cannot change; the window it reports says which it has.
-func (s *Store) openRecords(ctx context.Context, workspace string, window time.Duration, durable bool) (jetstream.KeyValue, jetstream.Stream, time.Duration, error) {
-	cfg := recordsStreamConfig(workspace, window, s.replicas)
+// cannot change; the window it reports says which it has. With shared
+// buckets the workspace's records are its keys of the bucket of its
+// window, unless it has a bucket of its own from a bus of its own on this
+// cluster (docs/pools.md, "Moving a Tenant between a bus of its own and a
+// pool").
+func (s *Store) openRecords(ctx context.Context, workspace string, window time.Duration, durable bool) (records, error) {
+	bucket := RecordsBucket(workspace)
+	if s.sharedBuckets {
+		switch _, err := s.JS.Stream(ctx, "KV_"+bucket); {
+		case errors.Is(err, jetstream.ErrStreamNotFound):
+			bucket = SharedRecordsBucket(window)
+			kv, stream, _, err := s.openRecordsBucket(ctx, bucket, "storybus idempotency records of the pooled workspaces whose window is "+window.String(), window, durable)
+			if err != nil {
+				return records{}, err
+			}
+			return records{
+				kv: SharedKeys(kv, workspace), bucket: bucket, stream: stream,
+				subjects: "$KV." + bucket + "." + SharedKeyPrefix(workspace),
+				leader:   NewKVLeader(s.JS, bucket).Shared(workspace),
+			}, nil
+		case err != nil:
+			return records{}, err
+		}
+	}
+	kv, stream, lossWindow, err := s.openRecordsBucket(ctx, bucket, "storybus idempotency records of workspace "+workspace, window, durable)
+	if err != nil {
+		return records{}, err
+	}
+	return records{kv: kv, bucket: bucket, stream: stream, subjects: "$KV." + bucket + ".", leader: NewKVLeader(s.JS, bucket), lossWindow: lossWindow}, nil
+}
+
+// openRecordsBucket creates or updates a records bucket (openRecords).
+func (s *Store) openRecordsBucket(ctx context.Context, bucket, description string, window time.Duration, durable bool) (jetstream.KeyValue, jetstream.Stream, time.Duration, error) {
+	cfg := recordsStreamConfig(bucket, description, window, s.replicas)
 	if s.recordsLossWindow > 0 && !durable {
 		cfg.PersistMode = jetstream.AsyncPersistMode
 	}
@@ -423,7 +484,7 @@ func (s *Store) openRecords(ctx context.Context, workspace string, window time.D
 	// Another bus may have created the bucket a moment ago, before the
 	// server asked here knew of it.
 	kv, err := CreateOrUpdate(ctx, func(ctx context.Context) (jetstream.KeyValue, error) {
-		return s.JS.KeyValue(ctx, RecordsBucket(workspace))
+		return s.JS.KeyValue(ctx, bucket)
 	})
 	if err != nil {
 		return nil, nil, 0, err
@@ -489,11 +550,10 @@ func sameStreamConfig(have, want jetstream.StreamConfig) bool {
 // bucket as nats.go makes one (history 1, TTL the idempotency window), so
 // that it is read and written through jetstream.KeyValue, but for its
 // duplicate window (RecordsDuplicateWindow).
-func recordsStreamConfig(workspace string, window time.Duration, replicas int) jetstream.StreamConfig {
-	bucket := RecordsBucket(workspace)
+func recordsStreamConfig(bucket, description string, window time.Duration, replicas int) jetstream.StreamConfig {
 	return jetstream.StreamConfig{
 		Name:              "KV_" + bucket,
-		Description:       "storybus idempotency records of workspace " + workspace,
+		Description:       description,
 		Subjects:          []string{"$KV." + bucket + ".>"},
 		MaxMsgsPerSubject: 1,
 		MaxBytes:          -1,

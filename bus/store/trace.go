@@ -91,7 +91,7 @@ func (p *tracingPublisher) PublishMsg(ctx context.Context, msg *nats.Msg, opts .
 func (w *Workspace) Traced(tp trace.TracerProvider) *Workspace {
 	tracer := tp.Tracer(TracerName)
 	out := *w
-	out.Records = &tracedKV{KeyValue: w.Records, tracer: tracer, bucket: attribute.String("storybus.store.bucket", RecordsBucket(w.ID))}
+	out.Records = &tracedKV{KeyValue: w.Records, tracer: tracer, bucket: attribute.String("storybus.store.bucket", w.RecordsBucket)}
 	out.Stream = &tracedStream{Stream: w.Stream, tracer: tracer, stream: attribute.String("storybus.store.stream", StreamName(w.ID))}
 	out.StreamLeader.tracer, out.RecordsLeader.tracer = tracer, tracer
 	return &out

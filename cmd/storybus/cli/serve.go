@@ -318,7 +318,7 @@ func Serve(ctx context.Context, o ServeOptions, cfgs []*config.Workspace, log *s
 	}
 	ro := bus.RunOptions{
 		DataDir: o.DataDir, SyncAlways: o.Sync == SyncAlways, SyncInterval: o.SyncInterval, NATSListen: o.NATSListen,
-		NATSURL: o.NATSURL, NATSCredentials: o.NATSCreds, Replicas: o.Replicas,
+		NATSURL: o.NATSURL, NATSCredentials: o.NATSCreds, Replicas: o.Replicas, SharedBuckets: o.Pool != "",
 		Bus: bo, Workspaces: cfgs,
 	}
 	return bus.Run(ctx, ro, func(ctx context.Context, srv *bus.Server) error {
