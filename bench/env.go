@@ -102,9 +102,10 @@ func newEnv(ctx context.Context, o Options) (_ *env, err error) {
 		url = e.cluster.url()
 	}
 	if url != "" {
-		// As serve connects to an external cluster: every stream and
-		// bucket replicated, records durable when acknowledged.
-		if e.st, err = store.Connect(store.Options{URL: url, Replicas: o.replicas(), Name: "storybus-bench"}); err != nil {
+		// As a pool's replica connects to its cluster: every stream and
+		// bucket replicated, records durable when acknowledged, and kept
+		// in the buckets the workspaces share, the baselines' too.
+		if e.st, err = store.Connect(store.Options{URL: url, Replicas: o.replicas(), Name: "storybus-bench", SharedBuckets: true}); err != nil {
 			return nil, err
 		}
 	} else {
@@ -137,7 +138,7 @@ func newEnv(ctx context.Context, o Options) (_ *env, err error) {
 	for i := 1; i < o.BusReplicas; i++ {
 		// Each further replica its own connection, as a process of its
 		// own has.
-		st, err := store.Connect(store.Options{URL: url, Replicas: o.replicas(), Name: fmt.Sprintf("storybus-bench-%d", i)})
+		st, err := store.Connect(store.Options{URL: url, Replicas: o.replicas(), Name: fmt.Sprintf("storybus-bench-%d", i), SharedBuckets: true})
 		if err != nil {
 			return nil, err
 		}
@@ -284,18 +285,12 @@ func (s wsStore) streamMessages(ctx context.Context) (uint64, error) {
 	return info.State.Msgs, nil
 }
 
-// remove deletes the stream and the bucket; one already gone (removed by
-// an earlier try that timed out) is not an error.
+// remove deletes the workspace's stream and records, in buckets of its
+// own or shared; what an earlier try that timed out removed is not an
+// error.
 func (s wsStore) remove(ctx context.Context) error {
-	err := s.js.DeleteStream(ctx, store.StreamName(s.id))
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		err = nil
-	}
-	kvErr := s.js.DeleteKeyValue(ctx, store.RecordsBucket(s.id))
-	if errors.Is(kvErr, jetstream.ErrBucketNotFound) {
-		kvErr = nil
-	}
-	return errors.Join(err, kvErr)
+	_, err := store.DeleteWorkspace(ctx, s.js, s.id)
+	return err
 }
 
 // busTarget publishes through the bus's HTTP API with a bearer token.

@@ -286,6 +286,7 @@ func (s *Server) build(ctx context.Context, cfg *config.Workspace) (ws *workspac
 		if err := ws.policy.Update(ctx, cfg); err != nil {
 			return nil, false, fmt.Errorf("workspace %q: %w", cfg.ID, err)
 		}
+		ws.core.SetTopicRetention(s.topicRetention(cfg))
 		return ws, false, nil
 	}
 	started := time.Now()
@@ -332,7 +333,7 @@ func (s *Server) build(ctx context.Context, cfg *config.Workspace) (ws *workspac
 		Logger:         s.log,
 		Observe:        s.metrics.storeObserver(cfg.ID),
 		SoleWriter:     s.opts.SoleWriter,
-		TopicRetention: s.opts.TopicRetention,
+		TopicRetention: s.topicRetention(cfg),
 	})}
 	opened := time.Now()
 	// A crash may have left published messages without their records:
@@ -356,11 +357,17 @@ func (s *Server) build(ctx context.Context, cfg *config.Workspace) (ws *workspac
 }
 
 // openStore creates or updates the workspace's stream and buckets as cfg
-// says: its idempotency window, the bus's topic retention and cfg's topic
-// limits, in force on the stream once it returns.
+// says: its idempotency window, its topic retention and limits, in force
+// on the stream once it returns.
 func (s *Server) openStore(ctx context.Context, cfg *config.Workspace) (*store.Workspace, error) {
 	limits := store.TopicLimits{MaxBytes: cfg.Topic.Bytes(), MaxMsgs: cfg.Topic.MaxMessages}
-	return s.opts.Store.OpenWorkspace(ctx, cfg.ID, cfg.IdempotencyWindow.Duration, s.opts.TopicRetention, store.WithTopicLimits(limits))
+	return s.opts.Store.OpenWorkspace(ctx, cfg.ID, cfg.IdempotencyWindow.Duration, s.topicRetention(cfg), store.WithTopicLimits(limits))
+}
+
+// topicRetention is how long cfg's topic keeps messages: its own
+// topic.maxAge, or the bus's --topic-retention.
+func (s *Server) topicRetention(cfg *config.Workspace) time.Duration {
+	return cmp.Or(cfg.Topic.MaxAge.Duration, s.opts.TopicRetention)
 }
 
 // swapIn puts cfg in force for ws: its capacity and configuration, and, for

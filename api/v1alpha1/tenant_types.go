@@ -30,6 +30,7 @@ const (
 // they store, and the workspace-wide settings of its configuration.
 //
 // +kubebuilder:validation:XValidation:rule="has(self.workspaceID) == has(oldSelf.workspaceID)",message="workspaceID is immutable: it can be neither set nor removed after creation"
+// +kubebuilder:validation:XValidation:rule="!has(self.capacity) || !has(self.capacity.topic) || !has(self.capacity.topic.maxAge) || !has(self.idempotencyWindow) || duration(self.capacity.topic.maxAge) >= duration(self.idempotencyWindow)",message="capacity.topic.maxAge must be at least idempotencyWindow"
 // +kubebuilder:validation:XValidation:rule="!has(self.storage) || !has(self.storage.embedded) || !has(self.replicas) || self.replicas <= 1",message="embedded storage serves one replica; use storage.external to run more"
 // +kubebuilder:validation:XValidation:rule="!has(self.pool) || !has(self.tls) || !has(self.tls.issuerRef) || (has(self.tls.dnsNames) && size(self.tls.dnsNames) > 0) || (has(self.expose) && (has(self.expose.ingress) || (has(self.expose.gateway) && has(self.expose.gateway.hostnames) && size(self.expose.gateway.hostnames) > 0)))",message="a pooled Tenant has no Service of its own: with spec.tls.issuerRef its certificate covers spec.tls.dnsNames and the host names of spec.expose, so set one of them"
 type TenantSpec struct {
@@ -594,4 +595,11 @@ type TopicCapacity struct {
 	// +kubebuilder:validation:Maximum=1000000000000
 	// +optional
 	MaxMessages int64 `json:"maxMessages,omitempty"`
+	// MaxAge is how long the topic keeps a message, at least the Tenant's
+	// idempotencyWindow (168h by default). Unset, the topic keeps every
+	// message up to its bounds. Story heads live in the topic: a story
+	// whose latest snapshot has aged out counts as a new story.
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('168h')",message="maxAge must be at least 168h"
+	// +optional
+	MaxAge *metav1.Duration `json:"maxAge,omitempty"`
 }

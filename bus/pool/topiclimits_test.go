@@ -23,7 +23,8 @@ import (
 // workspace's stream's limits once the document is in force, whichever
 // replica publishes: two messages are accepted, the third refused 507 on
 // either replica; a document with a higher limit raises it without a
-// restart; and a document with a limit out of bounds is refused by the
+// restart, and one with a retention (topic.maxAge) gives the stream its
+// MaxAge; and a document with a limit out of bounds is refused by the
 // replicas with the field named, the previous limits staying in force.
 func TestPooledTopicLimits(t *testing.T) {
 	_, st := storetest.Embedded(t)
@@ -86,6 +87,37 @@ func TestPooledTopicLimits(t *testing.T) {
 	put(3, "64Mi")
 	if msgs, _ := limits(); msgs != 3 {
 		t.Fatalf("raised topic limit: %d messages, want 3", msgs)
+	}
+
+	// A retention of its own, in force on the stream once the replicas
+	// report the document.
+	month := 30 * 24 * time.Hour
+	w := workspace("brand")
+	w.Topic.MaxMessages = 3
+	w.Topic.MaxBytes = new(resource.MustParse("64Mi"))
+	w.Topic.MaxAge.Duration = month
+	hash, err := p.Put(ctx, w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, "the retention in force on both replicas", 30*time.Second, func() error {
+		got, err := p.StatusesOf(ctx, "brand")
+		if err != nil {
+			return err
+		}
+		for _, name := range []string{"a", "b"} {
+			if got[name].Hash != hash {
+				return fmt.Errorf("replica %s reports %+v", name, got[name])
+			}
+		}
+		return nil
+	})
+	topic, err := st.JS.Stream(ctx, store.StreamName("brand"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := topic.CachedInfo().Config.MaxAge; got != month {
+		t.Fatalf("the topic's retention %s, want %s", got, month)
 	}
 	if s := b.publish(t, "brand"); s != http.StatusAccepted {
 		t.Fatalf("publish after the limit was raised: %d", s)

@@ -125,8 +125,9 @@ type Core struct {
 	log       *slog.Logger
 	observe   func(string, time.Duration)
 	// stories orders each story's snapshots: a casSequencer or a
-	// soleWriter, both over the same head cache.
+	// soleWriter, both over the same head cache, heads.
 	stories sequencer
+	heads   *headCache
 	// marking holds the keys of messages this process published whose
 	// record is not yet marked: a retry of one of them is a duplicate.
 	marking sync.Map
@@ -165,7 +166,8 @@ func New(ws *store.Workspace, js jetstream.JetStream, o Options) *Core {
 	if o.HeadCacheSize <= 0 {
 		o.HeadCacheSize = 100_000
 	}
-	cas := &casSequencer{heads: newHeadCache(o.HeadCacheSize, o.Clock, o.TopicRetention), read: c.readHead, leader: c.confirmHead}
+	c.heads = newHeadCache(o.HeadCacheSize, o.Clock, o.TopicRetention)
+	cas := &casSequencer{heads: c.heads, read: c.readHead, leader: c.confirmHead}
 	c.stories = cas
 	if o.SoleWriter {
 		// The wait for a story leaves the store operations their whole
@@ -174,6 +176,10 @@ func New(ws *store.Workspace, js jetstream.JetStream, o Options) *Core {
 	}
 	return c
 }
+
+// SetTopicRetention puts in force a topic retention changed since New
+// (Options.TopicRetention), once the topic stream has it.
+func (c *Core) SetTopicRetention(d time.Duration) { c.heads.retention.Store(int64(d)) }
 
 // Wait blocks until every pending mark has been written or has failed.
 func (c *Core) Wait() { c.marks.Wait() }

@@ -2,6 +2,7 @@ package publish
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	lru "github.com/hashicorp/golang-lru/v2"
@@ -16,9 +17,10 @@ import (
 type headCache struct {
 	mu    sync.Mutex // makes put's compare and add one step
 	heads *lru.Cache[string, Head]
-	// clock and retention age the heads: see aged.
+	// clock and retention age the heads: see aged. The retention is the
+	// workspace's, which a new document may change.
 	clock     Clock
-	retention time.Duration
+	retention atomic.Int64
 }
 
 func newHeadCache(size int, clock Clock, retention time.Duration) *headCache {
@@ -26,7 +28,9 @@ func newHeadCache(size int, clock Clock, retention time.Duration) *headCache {
 	if err != nil {
 		panic(err) // only for a size under 1, which New never passes
 	}
-	return &headCache{heads: heads, clock: clock, retention: retention}
+	c := &headCache{heads: heads, clock: clock}
+	c.retention.Store(int64(retention))
+	return c
 }
 
 // fresh returns the story's cached head, unless there is none or it has
@@ -43,7 +47,8 @@ func (c *headCache) fresh(story string) (Head, bool) {
 // retention, on the clock: the topic may drop it before the cache would
 // notice. Half leaves the other half for the head to be used in.
 func (c *headCache) aged(h Head) bool {
-	return c.retention > 0 && h.Exists && c.clock.Now().Sub(h.Time) >= c.retention/2
+	retention := time.Duration(c.retention.Load())
+	return retention > 0 && h.Exists && c.clock.Now().Sub(h.Time) >= retention/2
 }
 
 // forget drops the story's head: the next attempt reads it from the store.

@@ -212,13 +212,24 @@ func TestSoleWriterForgetsTheHeadAfterAnUnansweredPublish(t *testing.T) {
 // still used: the story's messages gone, it still refuses as its head.
 func TestAHeadTheTopicMayHaveDroppedIsReadAgain(t *testing.T) {
 	const retention = 48 * time.Hour
-	for _, sole := range []bool{false, true} {
-		t.Run("sole="+strconv.FormatBool(sole), func(t *testing.T) {
+	for _, tc := range []struct {
+		sole, later bool
+	}{{false, false}, {true, false}, {false, true}, {true, true}} {
+		// later: the workspace had no retention when its core was made,
+		// and a new document gave it one (SetTopicRetention).
+		t.Run(fmt.Sprintf("sole=%t,later=%t", tc.sole, tc.later), func(t *testing.T) {
 			e := newEnv(t)
 			clock := &fakeClock{}
-			e.core = publish.New(e.ws, e.st.JS, publish.Options{StoreClock: e.clock, Clock: clock, Publisher: e.pub, SoleWriter: sole, TopicRetention: retention})
+			o := publish.Options{StoreClock: e.clock, Clock: clock, Publisher: e.pub, SoleWriter: tc.sole, TopicRetention: retention}
+			if tc.later {
+				o.TopicRetention = 0
+			}
+			e.core = publish.New(e.ws, e.st.JS, o)
 			want(t, e.publish(snap{story: "s1", seq: 5, system: "cms"}.json()), http.StatusAccepted, "")
 			want(t, e.publish(snap{story: "s1", seq: 6, system: "cms"}.json()), http.StatusAccepted, "")
+			if tc.later {
+				e.core.SetTopicRetention(retention)
+			}
 			// The story's messages leave the topic, as retention removes them.
 			subject := store.Subject(e.ws.ID, som.FamilyStoryContext, "s1")
 			if err := e.ws.Stream.Purge(context.Background(), jetstream.WithPurgeSubject(subject)); err != nil {

@@ -99,7 +99,7 @@ func TestPooledWorkspacesShareTheirBuckets(t *testing.T) {
 		"KV_" + store.RecordsBucket("moved"),
 		"KV_" + store.SharedLimitsBucket,
 		"KV_" + store.SharedRecordsBucket(week),
-		"KV_" + store.SharedRecordsBucket(8 * 24 * time.Hour),
+		"KV_" + store.SharedRecordsBucket(8*24*time.Hour),
 		store.StreamName("desk-a"), store.StreamName("desk-b"), store.StreamName("desk-c"), store.StreamName("moved"),
 	}
 	slices.Sort(want)

@@ -87,6 +87,9 @@ func Compile(in Input) (*config.Workspace, error) {
 		w.PolicyConcurrency, w.RequestConcurrency = int(c.PolicyConcurrency), int(c.RequestConcurrency)
 		if tc := c.Topic; tc != nil {
 			w.Topic = config.TopicLimits{MaxMessages: tc.MaxMessages}
+			if tc.MaxAge != nil {
+				w.Topic.MaxAge.Duration = tc.MaxAge.Duration
+			}
 			if tc.MaxBytes != nil {
 				q := tc.MaxBytes.DeepCopy()
 				w.Topic.MaxBytes = &q

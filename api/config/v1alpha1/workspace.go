@@ -168,6 +168,10 @@ type TopicLimits struct {
 	// MaxMessages is the most messages the topic holds, from 1 to a
 	// trillion.
 	MaxMessages int64 `json:"maxMessages,omitempty"`
+	// MaxAge is how long the topic keeps a message, at least the
+	// idempotency window; it wins over the bus's --topic-retention. Unset:
+	// the bus's. A story whose latest snapshot has aged out counts as new.
+	MaxAge Duration `json:"maxAge,omitempty"`
 }
 
 // Bytes returns MaxBytes in bytes, 0 when unset.
@@ -466,6 +470,9 @@ func (w *Workspace) Validate() error {
 	}
 	if n := w.Topic.MaxMessages; n < 0 || n > MaxTopicMessages {
 		add("topic.maxMessages %d must be between 1 and 1000000000000", n)
+	}
+	if d := w.Topic.MaxAge.Duration; d < 0 || (d > 0 && d < w.IdempotencyWindow.Duration) {
+		add("topic.maxAge %s is shorter than idempotencyWindow %s", d, w.IdempotencyWindow.Duration)
 	}
 	modules, tenantRules := map[string]bool{}, map[string]bool{}
 	for i, m := range w.Policies {

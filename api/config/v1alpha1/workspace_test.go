@@ -93,15 +93,21 @@ func TestTopicLimits(t *testing.T) {
 			t.Errorf("%q: maxBytes %d bytes, want %d", doc, got, want)
 		}
 	}
+	if w, err := config.Parse([]byte(head + "topic: {maxAge: 720h}")); err != nil || w.Topic.MaxAge.Duration != 30*24*time.Hour {
+		t.Errorf("topic.maxAge 720h: %v, %v", w, err)
+	}
 	for doc, want := range map[string]string{
-		"topic: {maxBytes: -1Gi}":                "topic.maxBytes -1Gi must be between 1Mi and 1Pi",
-		"topic: {maxBytes: 1000}":                "topic.maxBytes 1k must be between 1Mi and 1Pi",
-		"topic: {maxBytes: 2Pi}":                 "topic.maxBytes 2Pi must be between 1Mi and 1Pi",
-		"topic: {maxBytes: 1E}":                  "topic.maxBytes 1E must be between 1Mi and 1Pi",
-		"topic: {maxMessages: -5}":               "topic.maxMessages -5 must be between 1 and 1000000000000",
-		"topic: {maxMessages: 1000000000001}":    "topic.maxMessages 1000000000001 must be between 1 and 1000000000000",
-		"topic: {maxBytes: lots}":                "quantities must match",
-		"topic: {maxMessages: 5, maxRecords: 1}": "unknown field",
+		"topic: {maxBytes: -1Gi}":                        "topic.maxBytes -1Gi must be between 1Mi and 1Pi",
+		"topic: {maxBytes: 1000}":                        "topic.maxBytes 1k must be between 1Mi and 1Pi",
+		"topic: {maxBytes: 2Pi}":                         "topic.maxBytes 2Pi must be between 1Mi and 1Pi",
+		"topic: {maxBytes: 1E}":                          "topic.maxBytes 1E must be between 1Mi and 1Pi",
+		"topic: {maxMessages: -5}":                       "topic.maxMessages -5 must be between 1 and 1000000000000",
+		"topic: {maxMessages: 1000000000001}":            "topic.maxMessages 1000000000001 must be between 1 and 1000000000000",
+		"topic: {maxBytes: lots}":                        "quantities must match",
+		"topic: {maxAge: 24h}":                           "topic.maxAge 24h0m0s is shorter than idempotencyWindow 168h0m0s",
+		"idempotencyWindow: 336h\ntopic: {maxAge: 200h}": "topic.maxAge 200h0m0s is shorter than idempotencyWindow 336h0m0s",
+		"topic: {maxAge: -1h}":                           "topic.maxAge -1h0m0s is shorter",
+		"topic: {maxMessages: 5, maxRecords: 1}":         "unknown field",
 	} {
 		_, err := config.Parse([]byte(head + doc))
 		if err == nil || !strings.Contains(err.Error(), want) {

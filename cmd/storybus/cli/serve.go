@@ -263,7 +263,7 @@ func Serve(ctx context.Context, o ServeOptions, cfgs []*config.Workspace, log *s
 	for _, cfg := range cfgs {
 		// Story heads live in the topic: it must remember a story at
 		// least as long as its message ids are remembered.
-		if o.TopicRetention != 0 && o.TopicRetention < cfg.IdempotencyWindow.Duration {
+		if o.TopicRetention != 0 && cfg.Topic.MaxAge.Duration == 0 && o.TopicRetention < cfg.IdempotencyWindow.Duration {
 			return usageError{fmt.Errorf("--topic-retention %s is shorter than workspace %q's idempotencyWindow %s", o.TopicRetention, cfg.ID, cfg.IdempotencyWindow.Duration)}
 		}
 	}
