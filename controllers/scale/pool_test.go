@@ -216,6 +216,9 @@ func TestPoolAtScale(t *testing.T) {
 	}
 
 	tl := watchTimeline(ctx, t, k8s, st, ns, ns+"_"+poolName)
+	// Readiness from an informer, as in the dedicated run: a List of
+	// 21,000 objects every poll loads the API server the run measures.
+	followed := followReadiness(ctx, t, cfg, scheme, ns)
 	// The bulk: every Tenant with its Connections and Grants, from eight
 	// writers.
 	start := time.Now()
@@ -237,8 +240,11 @@ func TestPoolAtScale(t *testing.T) {
 			progressed = time.Now()
 			t.Logf("%s after the last create: %d Tenants Ready, %d documents in the pool; load average %s",
 				time.Since(lastCreate).Round(time.Second), ready.tenants, tl.placedCount(), loadAverage())
+			if len(ready.notReady) > 0 {
+				t.Logf("not Ready, for one: %s", ready.notReady[0])
+			}
 		}
-		ready, err = countReady(ctx, k8s, ns)
+		ready, err = countReady(ctx, followed, ns)
 		if err == nil && ready.tenants == nBulk && ready.connections == nBulk*connectionsPerTenant && ready.grants == nBulk*connectionsPerTenant {
 			break
 		}

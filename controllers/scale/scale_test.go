@@ -662,6 +662,8 @@ func countReady(ctx context.Context, k8s client.Reader, ns string) (readiness, e
 	for _, x := range ts.Items {
 		if isReady(x.Status.Conditions, x.Generation) && x.Status.Connections == connectionsPerTenant {
 			r.tenants++
+		} else if len(r.notReady) < 5 {
+			r.notReady = append(r.notReady, describeNotReady(ctx, k8s, "Tenant", &x, x.Name))
 		}
 	}
 	// The kinds are counted in turn, each once the one before is all Ready:
