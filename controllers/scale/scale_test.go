@@ -411,15 +411,16 @@ func reconciles(addr string) (map[string]string, error) {
 	}
 	defer res.Body.Close()
 	count, took := map[string]float64{}, map[string]float64{}
+	results := map[string]string{} // the counts of results other than success
 	sc := bufio.NewScanner(res.Body)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
-		into := count
+		into, isCount := count, true
 		switch {
 		case strings.HasPrefix(line, "controller_runtime_reconcile_total{"):
 		case strings.HasPrefix(line, "controller_runtime_reconcile_time_seconds_sum{"):
-			into = took
+			into, isCount = took, false
 		default:
 			continue
 		}
@@ -429,13 +430,20 @@ func reconciles(addr string) (map[string]string, error) {
 			continue
 		}
 		name, _, _ = strings.Cut(name, `"`)
-		if v, err := strconv.ParseFloat(value, 64); err == nil {
-			into[name] += v
+		v, err := strconv.ParseFloat(value, 64)
+		if err != nil {
+			continue
+		}
+		into[name] += v
+		if _, result, found := strings.Cut(labels, `result="`); found && isCount {
+			if result, _, _ = strings.Cut(result, `"`); result != "success" && v > 0 {
+				results[name] += fmt.Sprintf(", %s %.0f", result, v)
+			}
 		}
 	}
 	out := map[string]string{}
 	for name, n := range count {
-		out[name] = fmt.Sprintf("%.0f, %.1f s", n, took[name])
+		out[name] = fmt.Sprintf("%.0f%s, %.1f s", n, results[name], took[name])
 	}
 	return out, sc.Err()
 }
