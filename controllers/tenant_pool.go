@@ -736,15 +736,7 @@ func (r *TenantPoolReconciler) stillServing(ctx context.Context, p *v1alpha1.Bus
 }
 
 func (r *TenantPoolReconciler) addFinalizer(ctx context.Context, t *v1alpha1.Tenant) error {
-	if controllerutil.ContainsFinalizer(t, v1alpha1.PoolFinalizer) {
-		return nil
-	}
-	orig := t.DeepCopy()
-	controllerutil.AddFinalizer(t, v1alpha1.PoolFinalizer)
-	if err := r.Patch(ctx, t, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
-		return fmt.Errorf("add the pool finalizer: %w", err)
-	}
-	return nil
+	return addTenantFinalizer(ctx, r.Client, t, v1alpha1.PoolFinalizer, poolFinalizerOwner)
 }
 
 func (r *TenantPoolReconciler) removeFinalizer(ctx context.Context, t *v1alpha1.Tenant) error {

@@ -95,12 +95,8 @@ func (r *TenantWorkloadReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	if !t.DeletionTimestamp.IsZero() {
 		return r.finalize(ctx, t)
 	}
-	if !controllerutil.ContainsFinalizer(t, v1alpha1.Finalizer) {
-		orig := t.DeepCopy()
-		controllerutil.AddFinalizer(t, v1alpha1.Finalizer)
-		if err := r.Patch(ctx, t, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
-			return ctrl.Result{}, fmt.Errorf("add finalizer: %w", err)
-		}
+	if err := addTenantFinalizer(ctx, r.Client, t, v1alpha1.Finalizer, workloadFinalizerOwner); err != nil {
+		return ctrl.Result{}, err
 	}
 	if t.Spec.Pool != nil {
 		// Its pool's replicas serve it (tenant_pool_workload.go).

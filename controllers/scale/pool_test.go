@@ -160,6 +160,16 @@ func TestPoolAtScale(t *testing.T) {
 	operator.Env = testutil.RaceEnv()
 	logs := &testutil.SyncBuffer{}
 	operator.Stdout, operator.Stderr = logs, logs
+	if path := os.Getenv("STORYBUS_SCALE_OPERATOR_LOG"); path != "" {
+		// The operator's errors kept for reading after a run that passed.
+		f, err := os.Create(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = f.Close() })
+		operator.Stdout = io.MultiWriter(logs, f)
+		operator.Stderr = operator.Stdout
+	}
 	if err := operator.Start(); err != nil {
 		t.Fatal(err)
 	}
