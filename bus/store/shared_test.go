@@ -90,9 +90,20 @@ func TestPooledWorkspacesShareTheirBuckets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	limiters := map[string]*limits.Limiter{}
 	for _, ws := range []string{"desk-a", "desk-b"} {
-		if _, err := limits.Open(ctx, pool.JS, ws, limits.Options{Shared: true}); err != nil {
+		if limiters[ws], err = limits.Open(ctx, pool.JS, ws, limits.Options{Shared: true}); err != nil {
 			t.Fatal(err)
+		}
+	}
+	// A client's address remembered in one workspace is not known in the
+	// other, whose keys are its own.
+	if err := limiters["desk-a"].RememberAddress(ctx, "client", "192.0.2.1"); err != nil {
+		t.Fatal(err)
+	}
+	for ws, want := range map[string]bool{"desk-a": true, "desk-b": false} {
+		if known, err := limiters[ws].KnownAddress(ctx, "client", "192.0.2.1"); err != nil || known != want {
+			t.Fatalf("%s knows the address: %t, %v; want %t", ws, known, err, want)
 		}
 	}
 	want := []string{
