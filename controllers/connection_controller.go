@@ -86,7 +86,7 @@ func (r *ConnectionReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		setConnectionStatus(s)
 		wait, perr := patchStatus(ctx, r.Client, r.Recorder, c, before)
 		if err = errors.Join(err, perr); err == nil {
-			res = lowestNonZeroResult(res, recheckAfter(wait))
+			res = lowestNonZeroResult(res, requeueAfter(wait))
 		}
 	}()
 	return doReconcile(ctx, s, noRequeue(r.resolveRefs), noRequeue(r.reconcileCredentials))

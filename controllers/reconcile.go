@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"k8s.io/client-go/util/workqueue"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -60,20 +59,6 @@ func noRequeue[S any](f func(context.Context, S) error) phase[S] {
 
 // requeueAfter is a Result asking to be called back after d.
 func requeueAfter(d time.Duration) ctrl.Result { return ctrl.Result{RequeueAfter: d} }
-
-// recheckAfter is a Result asking to be called back after d (none for 0)
-// at low priority: a look again that heals a step the watches did not
-// bring, or a status held back for its grace (patchStatus), waits behind
-// the requests of changes. In a burst of creates the Connection and Grant
-// controllers' looks again were two thirds of their reconciles, and a new
-// Connection's first reconcile, which makes the credentials its Tenant's
-// configuration waits for, queued behind them for minutes.
-func recheckAfter(d time.Duration) ctrl.Result {
-	if d <= 0 {
-		return ctrl.Result{}
-	}
-	return ctrl.Result{RequeueAfter: d, Priority: ptr.To(handler.LowPriority)}
-}
 
 // coalesce is how long the configuration controller waits after a change
 // of an object it compiles, with no other change of the Tenant's objects,

@@ -6,7 +6,6 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
 
@@ -68,25 +67,5 @@ func TestCoalescerIsBounded(t *testing.T) {
 			t.Fatal("asked every 100 ms for 10 s: never enqueued")
 		case <-time.After(100 * time.Millisecond):
 		}
-	}
-}
-
-// TestRechecksWaitBehindChanges: a look again is queued at low priority,
-// never for an immediate rate-limited requeue when there is nothing to
-// wait for, and a sooner call back of a phase keeps its own priority when
-// the results are merged.
-func TestRechecksWaitBehindChanges(t *testing.T) {
-	if got := recheckAfter(0); !got.IsZero() {
-		t.Fatalf("recheckAfter(0) = %+v, want no call back", got)
-	}
-	r := recheckAfter(10 * time.Second)
-	if r.RequeueAfter != 10*time.Second || r.Priority == nil || *r.Priority != handler.LowPriority {
-		t.Fatalf("recheckAfter(10s) = %+v, want 10s at low priority", r)
-	}
-	if got := lowestNonZeroResult(r, requeueAfter(time.Second)); got.RequeueAfter != time.Second || got.Priority != nil {
-		t.Fatalf("merged %+v, want the phase's 1s at its own priority", got)
-	}
-	if got := lowestNonZeroResult(reconcile.Result{}, r); got.Priority == nil || *got.Priority != handler.LowPriority {
-		t.Fatalf("merged %+v, want the recheck at low priority", got)
 	}
 }

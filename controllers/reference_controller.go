@@ -63,7 +63,7 @@ func (r *referenceReconciler[T]) Reconcile(ctx context.Context, req ctrl.Request
 		setConditions(obj, obj.GetGeneration(), referenceConditions(r.kind, refs, invalid, r.validate != nil, t, obj), r.summary...)
 		wait, perr := patchStatus(ctx, r.Client, r.Recorder, obj, before)
 		if err = errors.Join(err, perr); err == nil {
-			res = lowestNonZeroResult(res, recheckAfter(wait))
+			res = lowestNonZeroResult(res, requeueAfter(wait))
 		}
 	}()
 	tenant, refs, err = r.tenantOf(ctx, obj)
