@@ -255,8 +255,10 @@ func (r *TenantConfigurationReconciler) compile(ctx context.Context, s *configur
 // compiled before it lists the Connection without a hash, to be compiled,
 // written and loaded again once it comes. At hundreds of Tenants, with
 // the Connection controller's queue seconds behind, that was two or three
-// configurations more per Tenant, each written, loaded and reported.
-const credentialsWait = 30 * time.Second
+// configurations more per Tenant, each written, loaded and reported; in
+// bursts of 500 to 1,000 Tenants the queue ran more than the 30 s this
+// was before behind. A Tenant created alone has its Secrets in a second.
+const credentialsWait = 2 * time.Minute
 
 // credentialsPending returns how much longer a compile should wait for
 // the credentials Secrets of conns (secrets holds those that exist): the
