@@ -72,7 +72,7 @@ func TestCredentialsPending(t *testing.T) {
 	}{
 		{"every Secret there", []v1alpha1.Connection{conn("old", time.Hour), conn("made", time.Second)}, 0},
 		{"a new Connection without its Secret", []v1alpha1.Connection{conn("made", time.Second), conn("new", 4*time.Second)}, credentialsWait - 4*time.Second},
-		{"an old Connection without its Secret", []v1alpha1.Connection{conn("gone", credentialsWait + time.Minute)}, 0},
+		{"an old Connection without its Secret", []v1alpha1.Connection{conn("gone", credentialsWait+time.Minute)}, 0},
 		{"a new Connection that fails", []v1alpha1.Connection{conn("new", time.Second, failing)}, 0},
 	} {
 		// Creation times are whole seconds on the API server; here they
