@@ -33,10 +33,12 @@ func addTenantFinalizer(ctx context.Context, c client.Client, t *v1alpha1.Tenant
 	u.SetName(t.Name)
 	u.SetUID(t.UID) // the Tenant read, not one created again since
 	u.SetFinalizers([]string{finalizer})
-	if err := c.Patch(ctx, u, client.Apply, client.FieldOwner(owner), client.ForceOwnership); err != nil {
+	if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(owner), client.ForceOwnership); err != nil {
 		return fmt.Errorf("add finalizer %s: %w", finalizer, err)
 	}
 	controllerutil.AddFinalizer(t, finalizer)
-	t.ResourceVersion = u.GetResourceVersion()
+	if rv := u.GetResourceVersion(); rv != "" {
+		t.ResourceVersion = rv
+	}
 	return nil
 }
