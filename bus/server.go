@@ -280,13 +280,18 @@ func (s *Server) build(ctx context.Context, cfg *config.Workspace) (ws *workspac
 	if ws, ok := (*s.workspaces.Load())[cfg.ID]; ok {
 		// The store first: should it fail, the policy and the configuration
 		// both stay as they were.
-		if _, err := s.openStore(ctx, cfg); err != nil {
+		sw, err := s.openStore(ctx, cfg)
+		if err != nil {
 			return nil, false, store.Unavailable(err)
+		}
+		// The stream has the retention now, whatever comes next.
+		ws.core.SetTopicRetention(s.topicRetention(cfg))
+		if sw.RecordsBucket != ws.core.RecordsBucket() {
+			return nil, false, fmt.Errorf("workspace %q: its records are in bucket %s, and this configuration's idempotencyWindow would keep them in %s: a pooled workspace's idempotencyWindow cannot change in place", cfg.ID, ws.core.RecordsBucket(), sw.RecordsBucket)
 		}
 		if err := ws.policy.Update(ctx, cfg); err != nil {
 			return nil, false, fmt.Errorf("workspace %q: %w", cfg.ID, err)
 		}
-		ws.core.SetTopicRetention(s.topicRetention(cfg))
 		return ws, false, nil
 	}
 	started := time.Now()

@@ -36,9 +36,12 @@ func addTenantFinalizer(ctx context.Context, c client.Client, t *v1alpha1.Tenant
 	if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(owner), client.ForceOwnership); err != nil {
 		return fmt.Errorf("add finalizer %s: %w", finalizer, err)
 	}
-	controllerutil.AddFinalizer(t, finalizer)
+	// The answer's version with the answer's finalizers: the other
+	// manager's, added meanwhile, must not be patched away from a stale
+	// list under the new version's lock.
 	if rv := u.GetResourceVersion(); rv != "" {
-		t.ResourceVersion = rv
+		t.ResourceVersion, t.Finalizers = rv, u.GetFinalizers()
 	}
+	controllerutil.AddFinalizer(t, finalizer)
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -75,4 +76,39 @@ func TestTenantTopicCapacity(t *testing.T) {
 			t.Errorf("maxBytes %q, maxMessages %d, maxAge %s: err = %v, want one containing %q", tc.maxBytes, tc.maxMessages, tc.maxAge, err, tc.want)
 		}
 	}
+}
+
+// TestPooledTenantKeepsItsIdempotencyWindow: the API server refuses a
+// change of a pooled Tenant's idempotencyWindow (its records are in the
+// pool's bucket of that window), set or defaulted, and lets a Tenant with
+// a bus of its own change it.
+func TestPooledTenantKeepsItsIdempotencyWindow(t *testing.T) {
+	ns := newNamespace(t)
+	ctx := context.Background()
+	window := func(d time.Duration) func(*v1alpha1.Tenant) {
+		return func(tn *v1alpha1.Tenant) { tn.Spec.IdempotencyWindow = &metav1.Duration{Duration: d} }
+	}
+	pooled := newTenant(ns, "pooled", func(tn *v1alpha1.Tenant) { tn.Spec.Pool = &v1alpha1.PoolReference{Name: "shared"} })
+	create(t, pooled)
+	for _, d := range []time.Duration{336 * time.Hour, 168*time.Hour + time.Second} {
+		eventually(t, fmt.Sprintf("the window set to %s refused", d), func() error {
+			tn := &v1alpha1.Tenant{}
+			if err := get(ns, "pooled", tn); err != nil {
+				return err
+			}
+			window(d)(tn)
+			switch err := k8s.Update(ctx, tn); {
+			case apierrors.IsConflict(err):
+				return err // the operator wrote meanwhile: read again
+			case err == nil || !strings.Contains(err.Error(), "idempotencyWindow of a Tenant on a pool cannot change"):
+				t.Fatalf("a pooled Tenant's window set to %s: err = %v, want it refused", d, err)
+			}
+			return nil
+		})
+	}
+	// The same window, written out, is no change.
+	update(t, ns, "pooled", &v1alpha1.Tenant{}, window(168*time.Hour))
+
+	create(t, newTenant(ns, "dedicated"))
+	update(t, ns, "dedicated", &v1alpha1.Tenant{}, window(336*time.Hour))
 }

@@ -172,7 +172,13 @@ func Open(ctx context.Context, js jetstream.JetStream, workspace string, o Optio
 		// A bucket that has these settings is only looked up: an update
 		// is a write, even to the same settings (store.OpenWorkspace).
 		if kv, err := js.KeyValue(ctx, cfg.Bucket); err == nil {
-			if st, err := kv.Status(ctx); err == nil && sameBucket(st, cfg) {
+			st, err := kv.Status(ctx)
+			if info, ok := st.(*jetstream.KeyValueBucketStatus); ok && o.Shared {
+				// The shared bucket keeps the most replicas any pool
+				// asked for (store.openRecordsBucket).
+				cfg.Replicas = max(cfg.Replicas, info.StreamInfo().Config.Replicas)
+			}
+			if err == nil && sameBucket(st, cfg) {
 				return kv, nil
 			}
 		}

@@ -177,6 +177,9 @@ func New(ws *store.Workspace, js jetstream.JetStream, o Options) *Core {
 	return c
 }
 
+// RecordsBucket names the bucket the core's records are in.
+func (c *Core) RecordsBucket() string { return c.ws.RecordsBucket }
+
 // SetTopicRetention puts in force a topic retention changed since New
 // (Options.TopicRetention), once the topic stream has it.
 func (c *Core) SetTopicRetention(d time.Duration) { c.heads.retention.Store(int64(d)) }

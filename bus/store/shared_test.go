@@ -120,6 +120,14 @@ func TestPooledWorkspacesShareTheirBuckets(t *testing.T) {
 	if a.RecordsBucket != store.SharedRecordsBucket(week) || c.RecordsBucket != store.SharedRecordsBucket(8*24*time.Hour) {
 		t.Fatalf("records buckets %s and %s", a.RecordsBucket, c.RecordsBucket)
 	}
+	// A window is counted in whole seconds, rounded up: one name, one TTL.
+	odd, err := pool.OpenWorkspace(ctx, "desk-odd", week+500*time.Millisecond, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := store.SharedRecordsBucket(week + time.Second); odd.RecordsBucket != want {
+		t.Fatalf("records of a window of %s in %s, want %s", week+500*time.Millisecond, odd.RecordsBucket, want)
+	}
 	if e, err := moved.Records.Get(ctx, "m1"); err != nil || string(e.Value()) != "before the move" {
 		t.Fatalf("the moved workspace's record: %v, %v", e, err)
 	}

@@ -437,8 +437,11 @@ func (s *Store) openRecords(ctx context.Context, workspace string, window time.D
 	if s.sharedBuckets {
 		switch _, err := s.JS.Stream(ctx, "KV_"+bucket); {
 		case errors.Is(err, jetstream.ErrStreamNotFound):
+			// The bucket's TTL is the window in whole seconds, as its name
+			// says, so that one name is one TTL.
+			window = window.Truncate(time.Second) + min(window%time.Second, 1)*time.Second
 			bucket = SharedRecordsBucket(window)
-			kv, stream, _, err := s.openRecordsBucket(ctx, bucket, "storybus idempotency records of the pooled workspaces whose window is "+window.String(), window, durable)
+			kv, stream, _, err := s.openRecordsBucket(ctx, bucket, "storybus idempotency records of the pooled workspaces whose window is "+window.String(), window, durable, true)
 			if err != nil {
 				return records{}, err
 			}
@@ -451,15 +454,18 @@ func (s *Store) openRecords(ctx context.Context, workspace string, window time.D
 			return records{}, err
 		}
 	}
-	kv, stream, lossWindow, err := s.openRecordsBucket(ctx, bucket, "storybus idempotency records of workspace "+workspace, window, durable)
+	kv, stream, lossWindow, err := s.openRecordsBucket(ctx, bucket, "storybus idempotency records of workspace "+workspace, window, durable, false)
 	if err != nil {
 		return records{}, err
 	}
 	return records{kv: kv, bucket: bucket, stream: stream, subjects: "$KV." + bucket + ".", leader: NewKVLeader(s.JS, bucket), lossWindow: lossWindow}, nil
 }
 
-// openRecordsBucket creates or updates a records bucket (openRecords).
-func (s *Store) openRecordsBucket(ctx context.Context, bucket, description string, window time.Duration, durable bool) (jetstream.KeyValue, jetstream.Stream, time.Duration, error) {
+// openRecordsBucket creates or updates a records bucket (openRecords). A
+// shared one keeps the most replicas any pool asked for: pools on one
+// cluster may ask for different numbers, and would otherwise update the
+// bucket back and forth.
+func (s *Store) openRecordsBucket(ctx context.Context, bucket, description string, window time.Duration, durable, shared bool) (jetstream.KeyValue, jetstream.Stream, time.Duration, error) {
 	cfg := recordsStreamConfig(bucket, description, window, s.replicas)
 	if s.recordsLossWindow > 0 && !durable {
 		cfg.PersistMode = jetstream.AsyncPersistMode
@@ -473,6 +479,9 @@ func (s *Store) openRecordsBucket(ctx context.Context, bucket, description strin
 			return nil, err
 		}
 		cfg.PersistMode = existing.CachedInfo().Config.PersistMode
+		if shared {
+			cfg.Replicas = max(cfg.Replicas, existing.CachedInfo().Config.Replicas)
+		}
 		if sameStreamConfig(existing.CachedInfo().Config, cfg) {
 			return existing, nil
 		}

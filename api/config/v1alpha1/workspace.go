@@ -171,7 +171,7 @@ type TopicLimits struct {
 	// MaxAge is how long the topic keeps a message, at least the
 	// idempotency window; it wins over the bus's --topic-retention. Unset:
 	// the bus's. A story whose latest snapshot has aged out counts as new.
-	MaxAge Duration `json:"maxAge,omitempty"`
+	MaxAge Duration `json:"maxAge,omitzero"`
 }
 
 // Bytes returns MaxBytes in bytes, 0 when unset.
