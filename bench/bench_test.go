@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	config "github.com/storybus/storybus/api/config/v1alpha1"
 	"github.com/storybus/storybus/bus/som"
 	"github.com/storybus/storybus/bus/store"
 	"github.com/storybus/storybus/internal/storetest"
@@ -262,7 +263,9 @@ func TestRunOnALocalCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{store.StreamName("bench-replicas"), "KV_" + store.RecordsBucket("bench-replicas")} {
+	// On a cluster the benchmark connects as a pool's replica: the
+	// workspace's records are in the shared bucket of its window.
+	for _, name := range []string{store.StreamName("bench-replicas"), "KV_" + store.SharedRecordsBucket(config.MinIdempotencyWindow)} {
 		st, err := e.st.JS.Stream(t.Context(), name)
 		if err != nil {
 			t.Fatal(err)

@@ -176,11 +176,10 @@ func statusField(obj any) any {
 // is only on its way to Ready (its Tenant has not compiled or loaded it
 // yet) waits before that is written to its status. Most get there sooner,
 // and then their status is written once, Ready, instead of once per step:
-// at hundreds of Tenants the steps were a third of the operator's writes,
-// and at 500 most took longer than the 10 s this was before.
+// at hundreds of Tenants the steps were a third of the operator's writes.
 // Until then the status says what it said (nothing, for a new object), at
 // an older observedGeneration.
-const progressGrace = 30 * time.Second
+const progressGrace = 10 * time.Second
 
 // progress remembers since when each object's status has shown only
 // progress.
