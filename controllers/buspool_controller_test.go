@@ -24,17 +24,14 @@ import (
 	"github.com/storybus/storybus/api/v1alpha1"
 	"github.com/storybus/storybus/bus/pool"
 	"github.com/storybus/storybus/bus/store"
+	"github.com/storybus/storybus/internal/storetest"
 )
 
 // startPoolCluster starts an embedded JetStream server reachable by URL,
 // the NATS cluster of the tests' pools, and a store connected to it.
 func startPoolCluster(t *testing.T) (*server.Server, *store.Store) {
 	t.Helper()
-	ns, err := store.StartEmbedded(store.EmbeddedOptions{DataDir: t.TempDir(), Listen: "127.0.0.1:-1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	ns := storetest.Listening(t)
 	st, err := store.Connect(store.Options{URL: ns.ClientURL()})
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/storybus/storybus/api/v1alpha1"
 	"github.com/storybus/storybus/bus/store"
+	"github.com/storybus/storybus/internal/storetest"
 )
 
 // TestTenantDeletionOnExternalStorage proves deletionPolicy on an external
@@ -18,11 +19,7 @@ import (
 // buckets there, retain keeps them, and a deletion that cannot reach its
 // data waits, saying why, until the policy is changed to retain.
 func TestTenantDeletionOnExternalStorage(t *testing.T) {
-	ns, err := store.StartEmbedded(store.EmbeddedOptions{DataDir: t.TempDir(), Listen: "127.0.0.1:-1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	ns := storetest.Listening(t)
 	st, err := store.Connect(store.Options{URL: ns.ClientURL()})
 	if err != nil {
 		t.Fatal(err)

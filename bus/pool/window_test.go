@@ -9,6 +9,7 @@ import (
 
 	"github.com/storybus/storybus/bus"
 	"github.com/storybus/storybus/bus/store"
+	"github.com/storybus/storybus/internal/storetest"
 )
 
 // TestASharedWorkspaceKeepsItsWindow: a pool replica's workspace keeps its
@@ -17,12 +18,7 @@ import (
 // before, where writing on into another bucket would let two replicas
 // both accept one message_id.
 func TestASharedWorkspaceKeepsItsWindow(t *testing.T) {
-	ns, err := store.StartEmbedded(store.EmbeddedOptions{DataDir: t.TempDir(), Listen: "127.0.0.1:-1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	st, err := store.Connect(store.Options{URL: ns.ClientURL(), SharedBuckets: true})
+	st, err := store.Connect(store.Options{URL: storetest.Listening(t).ClientURL(), SharedBuckets: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,19 +11,8 @@ import (
 
 	"github.com/storybus/storybus/bus/limits"
 	"github.com/storybus/storybus/bus/store"
+	"github.com/storybus/storybus/internal/storetest"
 )
-
-// listening starts a JetStream server that takes clients on loopback and
-// returns its URL: a store connected by URL, as a pool's replicas are.
-func listening(t *testing.T) string {
-	t.Helper()
-	ns, err := store.StartEmbedded(store.EmbeddedOptions{DataDir: t.TempDir(), Listen: "127.0.0.1:-1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	return ns.ClientURL()
-}
 
 // connect connects to url, with shared buckets or not.
 func connect(t *testing.T, url string, shared bool) *store.Store {
@@ -60,7 +49,7 @@ func streams(t *testing.T, st *store.Store) []string {
 // of its own (from a bus of its own on the cluster) keeps using it.
 func TestPooledWorkspacesShareTheirBuckets(t *testing.T) {
 	ctx := context.Background()
-	url := listening(t)
+	url := storetest.Listening(t).ClientURL()
 	week := 7 * 24 * time.Hour
 
 	// A dedicated bus on the cluster first: its workspace has its own bucket.

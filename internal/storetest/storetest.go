@@ -35,3 +35,16 @@ func EmbeddedIn(t testing.TB, dataDir string) (*server.Server, *store.Store) {
 	t.Cleanup(st.Close)
 	return ns, st
 }
+
+// Listening starts an embedded JetStream that also takes clients on a
+// loopback port, for t: a store connected to its ClientURL is connected as
+// to an external cluster (the way a pool's replicas are).
+func Listening(t testing.TB) *server.Server {
+	t.Helper()
+	ns, err := store.StartEmbedded(store.EmbeddedOptions{DataDir: t.TempDir(), Listen: "127.0.0.1:-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	return ns
+}
