@@ -170,24 +170,27 @@ const (
 	maxRetryWait   = 30 * time.Second
 )
 
-// startConcurrency bounds the documents a replica applies at once while
-// it opens the pool's current set: each workspace's opening waits mostly
-// on the cluster's answers, and the set is applied in a fraction of the
-// time one at a time would take.
-const startConcurrency = 16
+// applyConcurrency bounds the documents a replica applies at once: each
+// workspace's opening waits mostly on the cluster's answers (its stream
+// created on every node), so the pool's current set at the start, and a
+// burst of Tenants placed at once after it, are applied in a fraction of
+// the time one at a time would take.
+const applyConcurrency = 16
 
 // Serve keeps target serving the pool's workspaces until ctx ends:
 // every document in the pool, then every change, applied as it comes.
-// The documents the pool holds at the start, one per workspace, are
-// applied startConcurrency at a time; the changes after them one at a
-// time, in order. A
-// document that does not parse or apply is reported in the status bucket
-// under this replica's name and leaves the workspace as it was; the other
-// workspaces are not touched. One that failed in the store (a stream the
-// cluster did not create in time, the cluster out of reach) is applied
-// again later, until it applies or the pool holds another document for
-// the workspace. synced, when set, is called once the documents the pool
-// held at the start have been applied once.
+// Documents are applied applyConcurrency at a time, never two of one
+// workspace at once: the pool's current set at the start (one per
+// workspace), then each batch of changes waiting (the newest of each
+// workspace, latest), one batch after the other, so that a workspace's
+// changes are applied in order. A document that does not parse or apply
+// is reported in the status bucket under this replica's name and leaves
+// the workspace as it was; the other workspaces are not touched. One that
+// failed in the store (a stream the cluster did not create in time, the
+// cluster out of reach) is applied again later, until it applies or the
+// pool holds another document for the workspace. synced, when set, is
+// called once the documents the pool held at the start have been applied
+// once.
 func (p *Pool) Serve(ctx context.Context, replica string, target Target, log *slog.Logger, synced func()) error {
 	w, err := p.Documents.WatchAll(ctx)
 	if err != nil {
@@ -199,9 +202,18 @@ func (p *Pool) Serve(ctx context.Context, replica string, target Target, log *sl
 	again := map[string]jetstream.KeyValueEntry{}
 	var retry <-chan time.Time
 	wait := firstRetryWait
+	applyAgainLater := func(es []jetstream.KeyValueEntry) {
+		for _, e := range es {
+			again[e.Key()] = e
+		}
+		if len(again) > 0 && retry == nil {
+			wait = firstRetryWait
+			retry = time.After(wait)
+		}
+	}
 	// opening applies the current set until the watch says it has all
-	// been delivered; it puts those to apply again in again.
-	opening := newStartBatch(startConcurrency)
+	// been delivered: no two of its documents are one workspace's.
+	opening := newApplyBatch(applyConcurrency)
 	defer func() {
 		// No document of the current set is still being applied when
 		// Serve returns, and is started again.
@@ -229,32 +241,22 @@ func (p *Pool) Serve(ctx context.Context, replica string, target Target, log *sl
 				return fmt.Errorf("pool %s's watch ended", p.Name)
 			}
 			batch, end, closed := latest(e, w.Updates())
+			changes := opening
+			if changes == nil {
+				changes = newApplyBatch(applyConcurrency)
+			}
 			for _, e := range batch {
-				if opening != nil {
-					// The current set: no two entries are one workspace's.
-					opening.apply(func() bool { return p.handle(ctx, replica, target, e, log) }, e)
-					continue
-				}
 				// A newer document, or the workspace's removal, replaces
 				// one waiting to be applied again.
 				delete(again, e.Key())
-				if p.handle(ctx, replica, target, e, log) {
-					again[e.Key()] = e
-					if retry == nil {
-						wait = firstRetryWait
-						retry = time.After(wait)
-					}
-				}
+				changes.apply(func() bool { return p.handle(ctx, replica, target, e, log) }, e)
+			}
+			if changes != opening {
+				applyAgainLater(changes.wait())
 			}
 			if end && opening != nil {
-				for _, e := range opening.wait() {
-					again[e.Key()] = e
-				}
+				applyAgainLater(opening.wait())
 				opening = nil
-				if len(again) > 0 && retry == nil {
-					wait = firstRetryWait
-					retry = time.After(wait)
-				}
 			}
 			if end && synced != nil {
 				// The current values have all been delivered.
@@ -308,21 +310,20 @@ func latest(e jetstream.KeyValueEntry, updates <-chan jetstream.KeyValueEntry) (
 	return batch, false, false
 }
 
-// startBatch applies the pool's current documents, a bounded number at
-// once: the watch delivers each workspace's once, so no two of them are
-// the same workspace's.
-type startBatch struct {
+// applyBatch applies documents of distinct workspaces, a bounded number
+// at once.
+type applyBatch struct {
 	slots chan struct{}
 	wg    sync.WaitGroup
 	mu    sync.Mutex
 	again []jetstream.KeyValueEntry
 }
 
-func newStartBatch(n int) *startBatch { return &startBatch{slots: make(chan struct{}, n)} }
+func newApplyBatch(n int) *applyBatch { return &applyBatch{slots: make(chan struct{}, n)} }
 
 // apply runs handle, which reports whether e is to be applied again, once
 // a slot is free.
-func (b *startBatch) apply(handle func() bool, e jetstream.KeyValueEntry) {
+func (b *applyBatch) apply(handle func() bool, e jetstream.KeyValueEntry) {
 	b.slots <- struct{}{}
 	b.wg.Go(func() {
 		defer func() { <-b.slots }()
@@ -336,7 +337,7 @@ func (b *startBatch) apply(handle func() bool, e jetstream.KeyValueEntry) {
 
 // wait waits for every document to be applied, and returns those to apply
 // again.
-func (b *startBatch) wait() []jetstream.KeyValueEntry {
+func (b *applyBatch) wait() []jetstream.KeyValueEntry {
 	b.wg.Wait()
 	return b.again
 }

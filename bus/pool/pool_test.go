@@ -301,3 +301,87 @@ func TestAStoreFailureIsAppliedAgain(t *testing.T) {
 		t.Fatalf("applied %v: want flaky 3 times, refused once", applied)
 	}
 }
+
+// TestABurstOfChangesIsAppliedConcurrently: once a replica serves, the
+// changes waiting behind the one it applies (Tenants placed in a burst)
+// are applied at once, not one after the other.
+func TestABurstOfChangesIsAppliedConcurrently(t *testing.T) {
+	_, st := storetest.Embedded(t)
+	ctx := context.Background()
+	p, err := pool.Open(ctx, st.JS, "burst", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	firstStarted, gate := make(chan struct{}), make(chan struct{})
+	var mu sync.Mutex
+	running, most := 0, 0
+	target := &fakeTarget{
+		apply: func(_ context.Context, cfg *config.Workspace) error {
+			if cfg.ID == "first" {
+				close(firstStarted)
+				<-gate
+				return nil
+			}
+			mu.Lock()
+			running++
+			most = max(most, running)
+			mu.Unlock()
+			// Held until another is applied beside it, or 2 s.
+			for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+				mu.Lock()
+				r := running
+				mu.Unlock()
+				if r > 1 {
+					break
+				}
+			}
+			mu.Lock()
+			running--
+			mu.Unlock()
+			return nil
+		},
+		remove: func(context.Context, string) {},
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	synced := make(chan struct{})
+	go func() { done <- p.Serve(runCtx, "r", target, slog.New(slog.DiscardHandler), func() { close(synced) }) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	<-synced
+	if _, err := p.Put(ctx, workspace("first")); err != nil {
+		t.Fatal(err)
+	}
+	<-firstStarted
+	names := []string{"burst-0", "burst-1", "burst-2", "burst-3", "burst-4", "burst-5", "burst-6", "burst-7"}
+	hashes := map[string]string{}
+	for _, n := range names {
+		if hashes[n], err = p.Put(ctx, workspace(n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The changes reach the replica's watch while "first" is applied.
+	time.Sleep(300 * time.Millisecond)
+	close(gate)
+	testutil.Eventually(t, "the burst in force", 30*time.Second, func() error {
+		for _, n := range names {
+			got, err := p.StatusesOf(ctx, n)
+			if err != nil {
+				return err
+			}
+			if got["r"].Hash != hashes[n] {
+				return fmt.Errorf("%s: status %+v", n, got["r"])
+			}
+		}
+		return nil
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if most < 2 {
+		t.Fatalf("at most %d of the burst applied at once: the changes waiting were applied one after the other", most)
+	}
+}
