@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -59,6 +61,8 @@ type BusPoolReconciler struct {
 	podMonitorWatch kindWatch
 	// gatewayAPI is true when the cluster served HTTPRoute at setup.
 	gatewayAPI bool
+	// counted remembers when each pool's status was last written.
+	counted countThrottle
 }
 
 // busPoolScope is what the phases of one reconcile share.
@@ -112,11 +116,12 @@ const poolStatusCoalesce = time.Second
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 
 // Reconcile brings one BusPool's replicas to its spec and reports them.
-func (r *BusPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, err error) {
+func (r *BusPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, err error) {
 	p := &v1alpha1.BusPool{}
 	if err := r.Get(ctx, req.NamespacedName, p); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.Pools.forget(req.NamespacedName)
+			r.counted.forget(req.NamespacedName)
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, fmt.Errorf("get buspool: %w", err)
@@ -131,8 +136,14 @@ func (r *BusPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ 
 	s := &busPoolScope{pool: p}
 	defer func() {
 		s.setStatus(r.ClusterDomain)
-		_, perr := patchStatus(ctx, r.Client, r.Recorder, p, before)
-		err = errors.Join(err, perr)
+		if wait := r.counted.wait(req.NamespacedName, &before.Status, &p.Status, time.Now()); wait > 0 {
+			res = lowestNonZeroResult(res, requeueAfter(wait))
+			return
+		}
+		_, perr := patchStatus(ctx, r.Client, r.Recorder, p, before, nil)
+		if err = errors.Join(err, perr); err == nil {
+			r.counted.wrote(req.NamespacedName, time.Now())
+		}
 	}()
 	return doReconcile(ctx, s,
 		r.reconcileServices,
@@ -567,4 +578,59 @@ var tenantPlacementChanged = predicate.Funcs{
 		return specChanged.Update(e) || (old.Status.Pool == nil) != (cur.Status.Pool == nil) ||
 			old.Status.Pool != nil && cur.Status.Pool != nil && (old.Status.Pool.Name != cur.Status.Pool.Name || old.Status.Pool.Namespace != cur.Status.Pool.Namespace)
 	},
+}
+
+// poolCountsEvery is how often, at most, a pool's status is written when
+// only its counts changed (the Tenants placed, the workspaces each
+// replica serves or refused): while hundreds of Tenants are placed at
+// once, they changed with every replica's report, and writing each was a
+// thousand writes of the pool's status at 1,000 Tenants. A change of
+// anything else (a replica ready or gone, a condition) is written at once,
+// and each Tenant's own status says at once what the replicas serve.
+const poolCountsEvery = 5 * time.Second
+
+// countThrottle remembers when each pool's status was last written.
+type countThrottle struct {
+	mu   sync.Mutex
+	last map[types.NamespacedName]time.Time
+}
+
+// wait returns how much longer pool's status, which changed from before
+// to now, should wait before it is written: 0 unless only its counts
+// changed within poolCountsEvery of its last write.
+func (c *countThrottle) wait(pool types.NamespacedName, before, now *v1alpha1.BusPoolStatus, at time.Time) time.Duration {
+	if equality.Semantic.DeepEqual(before, now) || !equality.Semantic.DeepEqual(withoutCounts(before), withoutCounts(now)) {
+		return 0
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return max(0, poolCountsEvery-at.Sub(c.last[pool]))
+}
+
+// wrote records that pool's status was written at.
+func (c *countThrottle) wrote(pool types.NamespacedName, at time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.last == nil {
+		c.last = map[types.NamespacedName]time.Time{}
+	}
+	c.last[pool] = at
+}
+
+// forget drops what is remembered of a pool that is gone.
+func (c *countThrottle) forget(pool types.NamespacedName) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.last, pool)
+}
+
+// withoutCounts is a copy of st without the counts that change as
+// Tenants are placed and replicas take their documents up.
+func withoutCounts(st *v1alpha1.BusPoolStatus) *v1alpha1.BusPoolStatus {
+	out := st.DeepCopy()
+	out.Tenants = 0
+	for i := range out.ReplicaStatuses {
+		out.ReplicaStatuses[i].Workspaces, out.ReplicaStatuses[i].Refused = 0, 0
+	}
+	return out
 }

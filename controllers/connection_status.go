@@ -62,7 +62,11 @@ func setConnectionStatus(s *connectionScope) {
 	if sec := s.sec; sec != nil {
 		c.Status.ClientID = string(sec.Data[v1alpha1.CredentialsClientIDKey])
 		c.Status.SecretName = c.CredentialsSecretName()
-		c.Status.ObservedRotate = c.Spec.Credentials.Rotate
+		// The rotation asked is observed once the Secret records it
+		// handled (ConnectionCredentialsReconciler).
+		if handled, ok := sec.Annotations[v1alpha1.AnnotationRotationHandled]; ok && handled == rotationRequest(c, handled) {
+			c.Status.ObservedRotate = c.Spec.Credentials.Rotate
+		}
 		if at, err := time.Parse(time.RFC3339, sec.Annotations[v1alpha1.AnnotationRotatedAt]); err == nil {
 			t := metav1.NewTime(at)
 			rotatedAt = &t

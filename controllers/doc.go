@@ -9,8 +9,10 @@
 //     on deletion it removes stored data when the deletionPolicy says so.
 //   - TenantReadinessReconciler writes only status: whether the bus's pods
 //     are ready and have loaded the configuration compiled.
-//   - ConnectionReconciler keeps a Connection's credentials Secret and
-//     rotates its secret on request.
+//   - ConnectionCredentialsReconciler keeps a Connection's credentials
+//     Secret and rotates its secret on request; ConnectionReconciler
+//     writes only the Connection's status: its references, its Secret,
+//     and whether its Tenant serves it.
 //   - One reference reconciler each for Grants and OwnershipPolicies says
 //     whether what they name resolves and whether they are in force; the
 //     configuration reconciler folds them in.

@@ -61,7 +61,7 @@ func (r *referenceReconciler[T]) Reconcile(ctx context.Context, req ctrl.Request
 			r.setTenant(obj, tenant)
 		}
 		setConditions(obj, obj.GetGeneration(), referenceConditions(r.kind, refs, invalid, r.validate != nil, t, obj), r.summary...)
-		wait, perr := patchStatus(ctx, r.Client, r.Recorder, obj, before)
+		wait, perr := patchStatus(ctx, r.Client, r.Recorder, obj, before, t)
 		if err = errors.Join(err, perr); err == nil {
 			res = lowestNonZeroResult(res, requeueAfter(wait))
 		}

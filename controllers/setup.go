@@ -203,7 +203,10 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	if err := (&TenantReadinessReconciler{Client: mgr.GetClient(), Recorder: rec, Options: o}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("tenant readiness controller: %w", err)
 	}
-	if err := (&ConnectionReconciler{Client: mgr.GetClient(), Secrets: secrets, Recorder: rec, Options: o}).SetupWithManager(mgr); err != nil {
+	if err := (&ConnectionCredentialsReconciler{Client: mgr.GetClient(), Secrets: secrets, Recorder: rec, Options: o}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("connection credentials controller: %w", err)
+	}
+	if err := (&ConnectionReconciler{Client: mgr.GetClient(), Secrets: secrets, Recorder: rec}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("connection controller: %w", err)
 	}
 	if err := grantReferences(mgr.GetClient(), rec).SetupWithManager(mgr); err != nil {

@@ -102,15 +102,19 @@ func changedConditions(before, after []metav1.Condition) []metav1.Condition {
 // (recordConditionEvents), and patches obj's status when it changed. A
 // status that shows only progress is not written until it has lasted
 // progressGrace (progress.wait), and one on its way is looked at again
-// progressGrace later: patchStatus returns when to try again. A gone
-// object is not an error.
-func patchStatus[T statusObject](ctx context.Context, c client.Client, rec events.EventRecorder, obj, before T) (time.Duration, error) {
+// progressGrace later: patchStatus returns when to try again. tenant is
+// the Tenant obj depends on (nil when none or not found): while it has not
+// compiled its first configuration, the grace does not start
+// (progressHeld). A gone object is not an error.
+func patchStatus[T statusObject](ctx context.Context, c client.Client, rec events.EventRecorder, obj, before T, tenant *v1alpha1.Tenant) (time.Duration, error) {
 	// The watches bring the next step of one on its way; looking again
 	// heals a step they did not bring (it costs a read of the cache, and a
 	// write only if something changed).
+	// A Tenant's first compile, which a held dependent waits for, brings
+	// it back through the same watches.
 	var again time.Duration
 	if defersProgress(obj) && onlyProgress(obj.GetConditions()) {
-		again = progressGrace
+		again = max(progressGrace, progressHeld(tenant, time.Now()))
 	}
 	now, was := statusField(obj), statusField(before)
 	if equality.Semantic.DeepEqual(now, was) {
@@ -118,7 +122,7 @@ func patchStatus[T statusObject](ctx context.Context, c client.Client, rec event
 		// computing the patch that says so.
 		return again, nil
 	}
-	if wait := progress.wait(obj, before, time.Now()); wait > 0 {
+	if wait := progress.wait(obj, before, tenant, time.Now()); wait > 0 {
 		return wait, nil
 	}
 	// Only the status is written (the status subresource ignores the
@@ -200,8 +204,10 @@ type progressSeen struct {
 // wait returns how much longer obj's status should wait before it is
 // written, 0 to write it now: obj's status shows progress only (its Ready
 // is not True for a reason of progress, no condition fails) and so did
-// before's, for less than progressGrace at obj's generation.
-func (m *progressMemo) wait(obj, before v1alpha1.ConditionedObject, now time.Time) time.Duration {
+// before's, for less than progressGrace at obj's generation, counted from
+// when its Tenant t (nil when none) compiled its first configuration if
+// that is later; while t is held (progressHeld), until it no longer is.
+func (m *progressMemo) wait(obj, before v1alpha1.ConditionedObject, t *v1alpha1.Tenant, now time.Time) time.Duration {
 	if !defersProgress(obj) {
 		return 0
 	}
@@ -221,7 +227,42 @@ func (m *progressMemo) wait(obj, before v1alpha1.ConditionedObject, now time.Tim
 		seen = progressSeen{generation: gen, at: now}
 		m.since[uid] = seen
 	}
-	return max(0, progressGrace-now.Sub(seen.at))
+	if held := progressHeld(t, now); held > 0 {
+		return held
+	}
+	since := seen.at
+	if c := tenantCompiled(t); c != nil && c.LastTransitionTime.After(since) {
+		since = c.LastTransitionTime.Time
+	}
+	return max(0, progressGrace-now.Sub(since))
+}
+
+// progressHeld returns how much longer the progress of Tenant t's
+// dependents is held back, 0 when it is not: t has compiled no
+// configuration yet and was created less than credentialsWait ago. Its
+// compile waits that long for new Connections' credentials; in a burst
+// of new Tenants the Connection controller's queue makes that tens of
+// seconds, and each Grant reported NotCompiled, then Ready, where the
+// Tenant's own conditions already say what it waits for. A Tenant
+// created alone compiles within a second, and its dependents' progress
+// is written progressGrace after that, as before.
+func progressHeld(t *v1alpha1.Tenant, now time.Time) time.Duration {
+	if t == nil || t.Status.ConfigHash != "" || !t.DeletionTimestamp.IsZero() {
+		return 0
+	}
+	if c := tenantCompiled(t); c != nil && c.Status == metav1.ConditionFalse {
+		return 0 // a configuration that does not compile is a failure to report
+	}
+	return max(0, credentialsWait-now.Sub(t.CreationTimestamp.Time))
+}
+
+// tenantCompiled is Tenant t's ConfigurationValid condition, nil when t is
+// nil or has none.
+func tenantCompiled(t *v1alpha1.Tenant) *metav1.Condition {
+	if t == nil {
+		return nil
+	}
+	return meta.FindStatusCondition(t.Status.Conditions, v1alpha1.ConditionConfigurationValid)
 }
 
 // defersProgress reports whether obj is of a kind whose progress waits

@@ -635,26 +635,74 @@ func TestProgressWaitsItsGrace(t *testing.T) {
 	failed := metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonTenantNotFound}
 	ready := metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonReady}
 
-	if w := m.wait(conn(1, onWay), conn(1), at); w != progressGrace {
+	if w := m.wait(conn(1, onWay), conn(1), nil, at); w != progressGrace {
 		t.Errorf("a new object's first step waits %s, want %s", w, progressGrace)
 	}
-	if w := m.wait(conn(1, onWay), conn(1), at.Add(4*time.Second)); w != progressGrace-4*time.Second {
+	if w := m.wait(conn(1, onWay), conn(1), nil, at.Add(4*time.Second)); w != progressGrace-4*time.Second {
 		t.Errorf("4 s later it waits %s", w)
 	}
-	if w := m.wait(conn(1, onWay), conn(1), at.Add(progressGrace)); w != 0 {
+	if w := m.wait(conn(1, onWay), conn(1), nil, at.Add(progressGrace)); w != 0 {
 		t.Errorf("after the grace it waits %s, want 0", w)
 	}
-	if w := m.wait(conn(2, onWay), conn(1, ready), at.Add(time.Minute)); w != 0 {
+	if w := m.wait(conn(2, onWay), conn(1, ready), nil, at.Add(time.Minute)); w != 0 {
 		t.Errorf("a Ready object's next generation waits %s: its Ready is not progress", w)
 	}
-	if w := m.wait(conn(2, onWay), conn(2, onWay), at.Add(time.Minute)); w != progressGrace {
+	if w := m.wait(conn(2, onWay), conn(2, onWay), nil, at.Add(time.Minute)); w != progressGrace {
 		t.Errorf("a new generation's progress waits %s, want %s", w, progressGrace)
 	}
-	if w := m.wait(conn(2, failed), conn(2, onWay), at.Add(time.Minute)); w != 0 {
+	if w := m.wait(conn(2, failed), conn(2, onWay), nil, at.Add(time.Minute)); w != 0 {
 		t.Errorf("a failure waits %s", w)
 	}
-	if w := m.wait(conn(2, onWay), conn(2, failed), at.Add(time.Minute)); w != 0 {
+	if w := m.wait(conn(2, onWay), conn(2, failed), nil, at.Add(time.Minute)); w != 0 {
 		t.Errorf("progress after a failure waits %s: the failure would stay on show", w)
+	}
+}
+
+// TestProgressHeldWhileItsTenantWaitsForItsFirstCompile: a dependent's
+// progress is not written while its Tenant has compiled nothing, for at
+// most credentialsWait after the Tenant's creation; its grace counts from
+// the Tenant's first compile.
+func TestProgressHeldWhileItsTenantWaitsForItsFirstCompile(t *testing.T) {
+	m := &progressMemo{since: map[types.UID]progressSeen{}}
+	created := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	grant := func(cs ...metav1.Condition) *v1alpha1.Grant {
+		g := &v1alpha1.Grant{}
+		g.UID, g.Generation, g.Status.Conditions = "g1", 1, cs
+		return g
+	}
+	onWay := metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonNotCompiled}
+	tenant := &v1alpha1.Tenant{}
+	tenant.CreationTimestamp = metav1.NewTime(created)
+
+	at := created.Add(5 * time.Second)
+	if w := m.wait(grant(onWay), grant(), tenant, at); w != credentialsWait-5*time.Second {
+		t.Errorf("while its Tenant has compiled nothing it waits %s, want %s", w, credentialsWait-5*time.Second)
+	}
+	if w := m.wait(grant(onWay), grant(), tenant, created.Add(time.Minute)); w != credentialsWait-time.Minute {
+		t.Errorf("a minute on, past its own grace, it waits %s, want %s", w, credentialsWait-time.Minute)
+	}
+	if w := m.wait(grant(onWay), grant(), tenant, created.Add(credentialsWait)); w != 0 {
+		t.Errorf("credentialsWait after the Tenant's creation it waits %s, want 0", w)
+	}
+
+	compiledAt := created.Add(70 * time.Second)
+	tenant.Status.ConfigHash = "sha256:first"
+	tenant.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionConfigurationValid, Status: metav1.ConditionTrue,
+		Reason: v1alpha1.ReasonCompiled, LastTransitionTime: metav1.NewTime(compiledAt)}}
+	if w := m.wait(grant(onWay), grant(), tenant, compiledAt.Add(time.Second)); w != progressGrace-time.Second {
+		t.Errorf("a second after the first compile it waits %s, want %s", w, progressGrace-time.Second)
+	}
+	if w := m.wait(grant(onWay), grant(), tenant, compiledAt.Add(progressGrace)); w != 0 {
+		t.Errorf("progressGrace after the first compile it waits %s, want 0", w)
+	}
+
+	invalid := &v1alpha1.Tenant{}
+	invalid.CreationTimestamp = metav1.NewTime(created)
+	invalid.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionConfigurationValid, Status: metav1.ConditionFalse,
+		Reason: v1alpha1.ReasonInvalidConfiguration, LastTransitionTime: metav1.NewTime(created)}}
+	m = &progressMemo{since: map[types.UID]progressSeen{}}
+	if w := m.wait(grant(onWay), grant(), invalid, created.Add(time.Second)); w != progressGrace {
+		t.Errorf("with a configuration that does not compile it waits %s, want its own grace, %s", w, progressGrace)
 	}
 }
 
@@ -665,5 +713,37 @@ func TestStatusObjectsHaveAStatus(t *testing.T) {
 		if !reflect.ValueOf(obj).Elem().FieldByName("Status").IsValid() {
 			t.Errorf("%T has no Status field", obj)
 		}
+	}
+}
+
+// TestPoolCountsAreWrittenAtMostEvery: a pool status whose counts alone
+// changed waits poolCountsEvery after the last write; any other change,
+// or counts after that, are written at once.
+func TestPoolCountsAreWrittenAtMostEvery(t *testing.T) {
+	var c countThrottle
+	pool := types.NamespacedName{Namespace: "pools", Name: "shared"}
+	at := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	st := func(tenants, workspaces int32, ready bool) *v1alpha1.BusPoolStatus {
+		return &v1alpha1.BusPoolStatus{Tenants: tenants, ReplicaStatuses: []v1alpha1.BusPoolReplicaStatus{{Name: "shared-pool-0", Ready: ready, Workspaces: workspaces}}}
+	}
+	if w := c.wait(pool, st(1, 1, true), st(2, 2, true), at); w != 0 {
+		t.Errorf("counts never written before wait %s, want 0", w)
+	}
+	c.wrote(pool, at)
+	if w := c.wait(pool, st(2, 2, true), st(3, 2, true), at.Add(time.Second)); w != poolCountsEvery-time.Second {
+		t.Errorf("a count a second after the last write waits %s, want %s", w, poolCountsEvery-time.Second)
+	}
+	if w := c.wait(pool, st(2, 2, true), st(3, 3, false), at.Add(time.Second)); w != 0 {
+		t.Errorf("a replica no longer ready waits %s, want 0", w)
+	}
+	if w := c.wait(pool, st(2, 2, true), st(3, 3, true), at.Add(poolCountsEvery)); w != 0 {
+		t.Errorf("counts poolCountsEvery after the last write wait %s, want 0", w)
+	}
+	if w := c.wait(pool, st(2, 2, true), st(2, 2, true), at.Add(time.Second)); w != 0 {
+		t.Errorf("no change waits %s, want 0", w)
+	}
+	other := types.NamespacedName{Namespace: "pools", Name: "other"}
+	if w := c.wait(other, st(2, 2, true), st(3, 3, true), at.Add(time.Second)); w != 0 {
+		t.Errorf("another pool's counts wait %s, want 0", w)
 	}
 }

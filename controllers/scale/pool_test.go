@@ -55,7 +55,9 @@ import (
 // size: 4 Tenants, then 3 onboarded one at a time. STORYBUS_SCALE=full (make scale-pool) runs 1,000 Tenants, then
 // 100 onboarded; STORYBUS_POOL_TENANTS=N and STORYBUS_POOL_ONBOARD=N set
 // other sizes, STORYBUS_POOL_STREAM_REPLICAS the pool's stream replicas
-// (3 by default). Run with -v for the figures docs/pools.md records; the
+// (3 by default), STORYBUS_SCALE_PROFILE=dir takes the operator's CPU
+// profiles while the bulk converges. Run with -v for the figures
+// docs/pools.md records; the
 // targets (all Ready within 60 s of the last create, onboarding, a
 // rotation and a removal in force on every replica within 2 s) are
 // reported, not asserted: the machine is shared.
@@ -153,8 +155,14 @@ func TestPoolAtScale(t *testing.T) {
 	metricsAddr, probeAddr := testutil.FreeAddr(t), testutil.FreeAddr(t)
 	args := []string{"operator", "--kubeconfig", filepath.Join(dir, "kubeconfig"),
 		"--metrics-bind-address", metricsAddr, "--metrics-secure=false", "--health-probe-bind-address", probeAddr, "--log-level", "error"}
-	if a := os.Getenv("STORYBUS_SCALE_PPROF"); a != "" {
-		args = append(args, "--pprof-bind-address", a)
+	// STORYBUS_SCALE_PPROF and STORYBUS_SCALE_PROFILE as in
+	// TestOperatorAtScale: the profiles cover the bulk's convergence.
+	pprofAddr, profileDir := os.Getenv("STORYBUS_SCALE_PPROF"), os.Getenv("STORYBUS_SCALE_PROFILE")
+	if pprofAddr == "" && profileDir != "" {
+		pprofAddr = testutil.FreeAddr(t)
+	}
+	if pprofAddr != "" {
+		args = append(args, "--pprof-bind-address", pprofAddr)
 	}
 	operator := exec.Command(binary, args...)
 	operator.Env = testutil.RaceEnv()
@@ -236,6 +244,11 @@ func TestPoolAtScale(t *testing.T) {
 	for i := range names {
 		names[i] = fmt.Sprintf("t%04d", i)
 	}
+	var prof *profiler
+	if profileDir != "" {
+		prof = startProfiling(t, pprofAddr, profileDir)
+	}
+	cpuBefore := processCPU()
 	parallel(t, 8, names, checkOperator, func(name string) error {
 		return createPooledTenant(ctx, k8s, ns, name, poolName, v1alpha1.DeletionPolicyRetain)
 	})
@@ -266,6 +279,10 @@ func TestPoolAtScale(t *testing.T) {
 		time.Sleep(250 * time.Millisecond)
 	}
 	sinceLast := time.Since(lastCreate)
+	cpuUntilReady := cpuSince(cpuBefore)
+	if prof != nil {
+		prof.stop(t)
+	}
 	m, err := scrape(metricsAddr)
 	if err != nil {
 		t.Fatal(err)
@@ -279,6 +296,7 @@ func TestPoolAtScale(t *testing.T) {
 	t.Logf("pool at scale: %d Tenants, %d Connections, %d Grants on BusPool %s/%s (%d replicas, stream replicas %d, a %d-node NATS cluster); load average %s",
 		nBulk, nBulk*connectionsPerTenant, nBulk*connectionsPerTenant, ns, poolName, poolReplicas, streamReplicas, 3, loadAverage())
 	t.Logf("created in %s; all Ready %s after the last create (%s after the first)", created.Round(time.Millisecond), sinceLast.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+	t.Logf("CPU of each process from the first create to all Ready: %s", cpuUntilReady)
 	t.Logf("operator when all Ready: resident %s (peak seen %s), Go heap in use %s, CPU %.1f s (%.1f s of it for the bulk)",
 		mib(m["process_resident_memory_bytes"]), mib(float64(peakResident(operator.Process.Pid))), mib(m["go_memstats_heap_inuse_bytes"]),
 		m["process_cpu_seconds_total"], m["process_cpu_seconds_total"]-before["process_cpu_seconds_total"])

@@ -2,12 +2,14 @@ package scale_test
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -141,4 +143,65 @@ func peakResident(pid int) int64 {
 		}
 	}
 	return 0
+}
+
+// processCPU is the CPU time (user and system) of this test's process and
+// of each of its child processes (the API server, etcd, NATS servers,
+// the operator, pool replicas), by command name, read from /proc (Linux);
+// empty elsewhere. Two readings, subtracted, say where the machine's cores
+// went between them.
+func processCPU() map[string]time.Duration {
+	out := map[string]time.Duration{}
+	self := os.Getpid()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return out
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid … utime stime: comm may hold spaces.
+		open, closing := strings.IndexByte(string(b), '('), strings.LastIndexByte(string(b), ')')
+		if open < 0 || closing < open {
+			continue
+		}
+		comm, fields := string(b[open+1:closing]), strings.Fields(string(b[closing+1:]))
+		if len(fields) < 13 {
+			continue
+		}
+		ppid, _ := strconv.Atoi(fields[1])
+		if pid != self && ppid != self {
+			continue
+		}
+		if pid == self {
+			comm = "test"
+		}
+		utime, _ := strconv.ParseInt(fields[11], 10, 64)
+		stime, _ := strconv.ParseInt(fields[12], 10, 64)
+		// USER_HZ is 100 on Linux.
+		out[comm] += time.Duration(utime+stime) * 10 * time.Millisecond
+	}
+	return out
+}
+
+// cpuSince formats the CPU each process name used since the reading
+// before, the largest first.
+func cpuSince(before map[string]time.Duration) string {
+	now := processCPU()
+	names := make([]string, 0, len(now))
+	for n := range now {
+		names = append(names, n)
+	}
+	slices.SortFunc(names, func(a, b string) int { return cmp.Compare(now[b]-before[b], now[a]-before[a]) })
+	parts := make([]string, 0, len(names))
+	for _, n := range names {
+		parts = append(parts, fmt.Sprintf("%s %.1f s", n, (now[n]-before[n]).Seconds()))
+	}
+	return strings.Join(parts, ", ")
 }

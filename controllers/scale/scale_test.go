@@ -231,6 +231,7 @@ func TestOperatorAtScale(t *testing.T) {
 	if profileDir != "" {
 		prof = startProfiling(t, pprofAddr, profileDir)
 	}
+	cpuBefore := processCPU()
 	start := time.Now()
 	createAll(ctx, t, k8s, ns, nTenants, operatorExited)
 	created := time.Since(start)
@@ -252,6 +253,7 @@ func TestOperatorAtScale(t *testing.T) {
 	}
 	allReady := time.Since(start)
 	sinceLast := time.Since(lastCreate)
+	cpuUntilReady := cpuSince(cpuBefore)
 	if prof != nil {
 		prof.stop(t)
 	}
@@ -274,6 +276,7 @@ func TestOperatorAtScale(t *testing.T) {
 		mib(m["go_memstats_heap_released_bytes"]), mib(m["go_memstats_stack_sys_bytes"]), mib(m["go_memstats_next_gc_bytes"]))
 	t.Logf("operator CPU time: %.1f s", m["process_cpu_seconds_total"])
 	t.Logf("all Ready %s after the last create", sinceLast.Round(time.Millisecond))
+	t.Logf("CPU of each process from the first create to all Ready: %s", cpuUntilReady)
 	t.Logf("operator writes until all Ready: %v, %.1f per Tenant (with its 10 Connections and Grants)", writesUntilReady, float64(writesUntilReady.total())/float64(nTenants))
 	if w, err := apiserverWrites(cfg); err == nil {
 		t.Logf("writes the API server answered until all Ready, by verb and resource (the test's own creates and status updates included): %v", w)
