@@ -136,13 +136,15 @@ func (r *BusPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (re
 	s := &busPoolScope{pool: p}
 	defer func() {
 		s.setStatus(r.ClusterDomain)
-		if wait := r.counted.wait(req.NamespacedName, &before.Status, &p.Status, time.Now()); wait > 0 {
+		now := r.Now()
+		if wait := r.counted.wait(req.NamespacedName, &before.Status, &p.Status, now); wait > 0 && err == nil {
 			res = lowestNonZeroResult(res, requeueAfter(wait))
 			return
 		}
+		changed := !equality.Semantic.DeepEqual(before.Status, p.Status)
 		_, perr := patchStatus(ctx, r.Client, r.Recorder, p, before, nil)
-		if err = errors.Join(err, perr); err == nil {
-			r.counted.wrote(req.NamespacedName, time.Now())
+		if err = errors.Join(err, perr); err == nil && changed {
+			r.counted.wrote(req.NamespacedName, now)
 		}
 	}()
 	return doReconcile(ctx, s,
@@ -625,12 +627,18 @@ func (c *countThrottle) forget(pool types.NamespacedName) {
 }
 
 // withoutCounts is a copy of st without the counts that change as
-// Tenants are placed and replicas take their documents up.
+// Tenants are placed and replicas take their documents up, and without
+// the messages of Available and Ready, which quote the Tenants served.
 func withoutCounts(st *v1alpha1.BusPoolStatus) *v1alpha1.BusPoolStatus {
 	out := st.DeepCopy()
 	out.Tenants = 0
 	for i := range out.ReplicaStatuses {
 		out.ReplicaStatuses[i].Workspaces, out.ReplicaStatuses[i].Refused = 0, 0
+	}
+	for i := range out.Conditions {
+		if c := &out.Conditions[i]; c.Type == v1alpha1.ConditionAvailable || c.Type == v1alpha1.ConditionReady {
+			c.Message = ""
+		}
 	}
 	return out
 }

@@ -94,6 +94,13 @@ func (r *ConnectionReconciler) observeCredentials(ctx context.Context, s *connec
 	if s.inUse = secretInUse(c, sec); s.inUse != nil {
 		return nil
 	}
+	if !credentialsKept(sec) {
+		// ConnectionCredentialsReconciler has not filled it in or taken
+		// in a change made by hand yet: judged as it is, a Secret waiting
+		// for its generated secret would be too short. Its update brings
+		// the Connection back.
+		return nil
+	}
 	s.sec, s.owned = sec, controlledBy(sec, c)
 	// A secret a user put in the Secret is refused by the bus when short:
 	// say so here, where it can be fixed.

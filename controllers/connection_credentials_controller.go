@@ -91,7 +91,6 @@ func (r *ConnectionCredentialsReconciler) Reconcile(ctx context.Context, req ctr
 		if err := r.Create(ctx, sec); err != nil {
 			return ctrl.Result{}, fmt.Errorf("create credentials secret: %w", err)
 		}
-		// The CredentialsReady condition's Event reports it.
 		return ctrl.Result{}, nil
 	case err != nil:
 		return ctrl.Result{}, fmt.Errorf("get credentials secret: %w", err)
@@ -221,4 +220,13 @@ func secretInUse(c *v1alpha1.Connection, sec *corev1.Secret) error {
 		return fmt.Errorf("the Secret %s is controlled by %s %s", sec.Name, ref.Kind, ref.Name)
 	}
 	return nil
+}
+
+// credentialsKept reports whether credentials Secret sec has been taken
+// in by the credentials controller: its secret filled in and its hash
+// recorded. A rotation asked since does not count: until it is made the
+// Secret's secret is the one in force.
+func credentialsKept(sec *corev1.Secret) bool {
+	_, handled := sec.Annotations[v1alpha1.AnnotationRotationHandled]
+	return handled && sec.Annotations[v1alpha1.AnnotationSecretHash] == secretHash(sec)
 }

@@ -31,6 +31,8 @@ func connectionConditions(s *connectionScope, rotatedAt *metav1.Time) []metav1.C
 		cs = append(cs, cond(v1alpha1.ConditionCredentialsReady, metav1.ConditionFalse, v1alpha1.ReasonSecretInUse,
 			"%v; name another Secret in spec.credentials.secretName", s.inUse))
 	case s.sec == nil:
+		cs = append(cs, cond(v1alpha1.ConditionCredentialsReady, metav1.ConditionUnknown, v1alpha1.ReasonReconciling,
+			"waiting for Secret %s to be made or filled in", secretName))
 	case s.tooShort != nil:
 		cs = append(cs, cond(v1alpha1.ConditionCredentialsReady, metav1.ConditionFalse, v1alpha1.ReasonSecretTooShort,
 			"Secret %s: %v; the bus refuses it. Put a longer random secret under %s, or remove the key to have one generated",
@@ -44,7 +46,11 @@ func connectionConditions(s *connectionScope, rotatedAt *metav1.Time) []metav1.C
 	}
 	// In force is known once the references were checked and, when they
 	// resolved, the Tenant and the Secret were read.
-	if s.refs.checked && (s.refs.reason != "" || (s.tenant != nil && s.sec != nil)) {
+	switch {
+	case s.refs.checked && s.refs.reason == "" && s.tenant != nil && s.sec == nil && s.inUse == nil:
+		cs = append(cs, cond(v1alpha1.ConditionInForce, metav1.ConditionFalse, v1alpha1.ReasonNotCompiled,
+			"generation %d is not yet compiled into Tenant %s's configuration: its credentials Secret %s is not made yet", c.Generation, s.tenant.Name, secretName))
+	case s.refs.checked && (s.refs.reason != "" || (s.tenant != nil && s.sec != nil)):
 		t := s.tenant
 		if t == nil {
 			t = &v1alpha1.Tenant{}
@@ -58,10 +64,10 @@ func connectionConditions(s *connectionScope, rotatedAt *metav1.Time) []metav1.C
 // reconcile s decides.
 func setConnectionStatus(s *connectionScope) {
 	c := s.conn
+	c.Status.SecretName = c.CredentialsSecretName()
 	var rotatedAt *metav1.Time
 	if sec := s.sec; sec != nil {
 		c.Status.ClientID = string(sec.Data[v1alpha1.CredentialsClientIDKey])
-		c.Status.SecretName = c.CredentialsSecretName()
 		// The rotation asked is observed once the Secret records it
 		// handled (ConnectionCredentialsReconciler).
 		if handled, ok := sec.Annotations[v1alpha1.AnnotationRotationHandled]; ok && handled == rotationRequest(c, handled) {

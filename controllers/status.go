@@ -205,8 +205,9 @@ type progressSeen struct {
 // written, 0 to write it now: obj's status shows progress only (its Ready
 // is not True for a reason of progress, no condition fails) and so did
 // before's, for less than progressGrace at obj's generation, counted from
-// when its Tenant t (nil when none) compiled its first configuration if
-// that is later; while t is held (progressHeld), until it no longer is.
+// the last time its Tenant t's ConfigurationValid changed (t's first
+// compile, or a configuration that compiles again) if that is later;
+// while t is held (progressHeld), until it no longer is.
 func (m *progressMemo) wait(obj, before v1alpha1.ConditionedObject, t *v1alpha1.Tenant, now time.Time) time.Duration {
 	if !defersProgress(obj) {
 		return 0
@@ -241,7 +242,7 @@ func (m *progressMemo) wait(obj, before v1alpha1.ConditionedObject, t *v1alpha1.
 // dependents is held back, 0 when it is not: t has compiled no
 // configuration yet and was created less than credentialsWait ago. Its
 // compile waits that long for new Connections' credentials; in a burst
-// of new Tenants the Connection controller's queue makes that tens of
+// of new Tenants the Connection credentials controller's queue makes that tens of
 // seconds, and each Grant reported NotCompiled, then Ready, where the
 // Tenant's own conditions already say what it waits for. A Tenant
 // created alone compiles within a second, and its dependents' progress

@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
@@ -724,7 +725,16 @@ func TestPoolCountsAreWrittenAtMostEvery(t *testing.T) {
 	pool := types.NamespacedName{Namespace: "pools", Name: "shared"}
 	at := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
 	st := func(tenants, workspaces int32, ready bool) *v1alpha1.BusPoolStatus {
-		return &v1alpha1.BusPoolStatus{Tenants: tenants, ReplicaStatuses: []v1alpha1.BusPoolReplicaStatus{{Name: "shared-pool-0", Ready: ready, Workspaces: workspaces}}}
+		// Available and Ready quote the Tenants served, as the pool
+		// controller writes them.
+		available := cond(v1alpha1.ConditionAvailable, metav1.ConditionTrue, v1alpha1.ReasonReplicasReady, "1/1 replicas ready, serving %d Tenant(s)", tenants)
+		if !ready {
+			available = cond(v1alpha1.ConditionAvailable, metav1.ConditionFalse, v1alpha1.ReasonReplicasNotReady, "0/1 replicas ready")
+		}
+		readyCond := available
+		readyCond.Type = v1alpha1.ConditionReady
+		return &v1alpha1.BusPoolStatus{Tenants: tenants, Conditions: []metav1.Condition{available, readyCond},
+			ReplicaStatuses: []v1alpha1.BusPoolReplicaStatus{{Name: "shared-pool-0", Ready: ready, Workspaces: workspaces}}}
 	}
 	if w := c.wait(pool, st(1, 1, true), st(2, 2, true), at); w != 0 {
 		t.Errorf("counts never written before wait %s, want 0", w)
@@ -745,5 +755,43 @@ func TestPoolCountsAreWrittenAtMostEvery(t *testing.T) {
 	other := types.NamespacedName{Namespace: "pools", Name: "other"}
 	if w := c.wait(other, st(2, 2, true), st(3, 3, true), at.Add(time.Second)); w != 0 {
 		t.Errorf("another pool's counts wait %s, want 0", w)
+	}
+}
+
+// TestAConnectionWithoutItsSecretIsOnItsWay: until its credentials
+// Secret is made (or taken in by the credentials controller), a
+// Connection's CredentialsReady and InForce say it is on the way, never
+// the last generation's values, and never a failure that would end its
+// Tenant's wait for credentials.
+func TestAConnectionWithoutItsSecretIsOnItsWay(t *testing.T) {
+	c := &v1alpha1.Connection{}
+	c.Name, c.Generation = "cms", 2
+	tenant := &v1alpha1.Tenant{}
+	tenant.Name = "newsroom"
+	cs := connectionConditions(&connectionScope{conn: c, refs: refsObservation{checked: true}, tenant: tenant}, nil)
+	creds := meta.FindStatusCondition(cs, v1alpha1.ConditionCredentialsReady)
+	inForce := meta.FindStatusCondition(cs, v1alpha1.ConditionInForce)
+	if creds == nil || creds.Status != metav1.ConditionUnknown || creds.Reason != v1alpha1.ReasonReconciling {
+		t.Errorf("CredentialsReady %+v, want Unknown/Reconciling", creds)
+	}
+	if inForce == nil || inForce.Status != metav1.ConditionFalse || inForce.Reason != v1alpha1.ReasonNotCompiled {
+		t.Errorf("InForce %+v, want False/NotCompiled", inForce)
+	}
+	if !onlyProgress(cs) {
+		t.Errorf("conditions %+v are not progress: the Tenant's compile would stop waiting for the Secret", cs)
+	}
+
+	sec := &corev1.Secret{Data: map[string][]byte{v1alpha1.CredentialsClientIDKey: []byte("cms")}}
+	if credentialsKept(sec) {
+		t.Error("a Secret without its secret and annotations counts as taken in")
+	}
+	sec.Data[v1alpha1.CredentialsClientSecretKey] = []byte("a-secret-the-user-put-there-0123456789")
+	sec.Annotations = map[string]string{v1alpha1.AnnotationRotationHandled: "0/", v1alpha1.AnnotationSecretHash: secretHash(sec)}
+	if !credentialsKept(sec) {
+		t.Error("a Secret with its hash recorded does not count as taken in")
+	}
+	sec.Data[v1alpha1.CredentialsClientSecretKey] = []byte("changed-by-hand-0123456789abcdef012345")
+	if credentialsKept(sec) {
+		t.Error("a Secret changed by hand counts as taken in before its change is")
 	}
 }

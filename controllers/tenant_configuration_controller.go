@@ -251,10 +251,10 @@ func (r *TenantConfigurationReconciler) compile(ctx context.Context, s *configur
 
 // credentialsWait is how long after a Connection's creation the Tenant's
 // configuration waits for its credentials Secret: the Connection
-// controller makes one in its first reconcile, and a configuration
+// credentials controller makes one in its first reconcile, and a configuration
 // compiled before it lists the Connection without a hash, to be compiled,
 // written and loaded again once it comes. At hundreds of Tenants, with
-// the Connection controller's queue seconds behind, that was two or three
+// the credentials controller's queue seconds behind, that was two or three
 // configurations more per Tenant, each written, loaded and reported; in
 // bursts of 500 to 1,000 Tenants the queue ran more than the 30 s this
 // was before behind. A Tenant created alone has its Secrets in a second.
