@@ -38,6 +38,36 @@ func workspace(id string) *config.Workspace {
 	return w
 }
 
+// putInForce puts w into pool p and waits until each replica named has
+// it in force; it returns the document's hash.
+func putInForce(t *testing.T, p *pool.Pool, w *config.Workspace, replicas ...string) string {
+	t.Helper()
+	hash, err := p.Put(context.Background(), w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitInForce(t, p, w.ID, hash, replicas...)
+	return hash
+}
+
+// waitInForce waits until each replica named reports workspace ws's
+// document hash in force.
+func waitInForce(t *testing.T, p *pool.Pool, ws, hash string, replicas ...string) {
+	t.Helper()
+	testutil.Eventually(t, fmt.Sprintf("%s's document %s in force on %v", ws, hash, replicas), 30*time.Second, func() error {
+		got, err := p.StatusesOf(context.Background(), ws)
+		if err != nil {
+			return err
+		}
+		for _, name := range replicas {
+			if got[name].Hash != hash {
+				return fmt.Errorf("replica %s reports %+v", name, got[name])
+			}
+		}
+		return nil
+	})
+}
+
 // replica is one pool replica: a bus server serving the pool's workspaces.
 type replica struct {
 	srv  *bus.Server
@@ -122,29 +152,13 @@ func TestPoolReplicasServeThePoolsWorkspaces(t *testing.T) {
 	o := bus.Options{Store: st, RequestTimeout: 5 * time.Second, Logger: slog.New(slog.DiscardHandler)}
 	a, b := startReplica(t, p, o, "a"), startReplica(t, p, o, "b")
 
-	inForce := func(ws, hash string, replicas ...string) {
-		t.Helper()
-		testutil.Eventually(t, fmt.Sprintf("%s's document %s in force on %v", ws, hash, replicas), 30*time.Second, func() error {
-			got, err := p.StatusesOf(ctx, ws)
-			if err != nil {
-				return err
-			}
-			for _, name := range replicas {
-				if got[name].Hash != hash {
-					return fmt.Errorf("replica %s reports %+v", name, got[name])
-				}
-			}
-			return nil
-		})
-	}
-
 	// Onboarding: both replicas serve it, neither restarted.
 	start := time.Now()
 	hash, err := p.Put(ctx, workspace("brand-1"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	inForce("brand-1", hash, "a", "b")
+	waitInForce(t, p, "brand-1", hash, "a", "b")
 	t.Logf("in force on both replicas %s after the put", time.Since(start).Round(time.Millisecond))
 	for _, r := range []*replica{a, b} {
 		if s := r.publish(t, "brand-1"); s != http.StatusAccepted {
@@ -162,7 +176,7 @@ func TestPoolReplicasServeThePoolsWorkspaces(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	inForce("brand-1", hash2, "a", "b")
+	waitInForce(t, p, "brand-1", hash2, "a", "b")
 	if s := a.publish(t, "brand-1"); s != http.StatusUnauthorized {
 		t.Fatalf("the old secret after the rotation: %d, want 401", s)
 	}
@@ -199,7 +213,7 @@ func TestPoolReplicasServeThePoolsWorkspaces(t *testing.T) {
 	if _, ok := c.srv.Config("brand-1"); !ok {
 		t.Fatal("a late replica does not serve brand-1 once synced")
 	}
-	inForce("brand-1", hash2, "c")
+	waitInForce(t, p, "brand-1", hash2, "c")
 
 	// Removed: served by none, its status gone.
 	if err := p.Delete(ctx, "brand-1"); err != nil {

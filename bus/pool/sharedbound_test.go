@@ -2,7 +2,6 @@ package pool_test
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -14,7 +13,6 @@ import (
 	"github.com/storybus/storybus/bus/pool"
 	"github.com/storybus/storybus/bus/store"
 	"github.com/storybus/storybus/internal/storetest"
-	"github.com/storybus/storybus/internal/testutil"
 )
 
 // TestAFullTopicBoundsItsSharedRecords: a pooled workspace writes a
@@ -39,20 +37,7 @@ func TestAFullTopicBoundsItsSharedRecords(t *testing.T) {
 	w := workspace("brand")
 	w.Topic.MaxMessages = 3
 	w.Connections[0].Limits = &v1alpha1.Limits{RatePerSecond: 100, Burst: 100, DailyQuota: 1000}
-	hash, err := p.Put(ctx, w)
-	if err != nil {
-		t.Fatal(err)
-	}
-	testutil.Eventually(t, "the document in force", 30*time.Second, func() error {
-		got, err := p.StatusesOf(ctx, "brand")
-		if err != nil {
-			return err
-		}
-		if got["a"].Hash != hash {
-			return fmt.Errorf("replica a reports %+v", got["a"])
-		}
-		return nil
-	})
+	putInForce(t, p, w, "a")
 
 	accepted := 0
 	for range 12 {

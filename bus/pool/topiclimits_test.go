@@ -42,23 +42,7 @@ func TestPooledTopicLimits(t *testing.T) {
 		q := resource.MustParse(maxBytes)
 		w.Topic.MaxBytes = &q
 		w.Topic.MaxAge.Duration = maxAge
-		hash, err := p.Put(ctx, w)
-		if err != nil {
-			t.Fatal(err)
-		}
-		testutil.Eventually(t, "the document in force on both replicas", 30*time.Second, func() error {
-			got, err := p.StatusesOf(ctx, "brand")
-			if err != nil {
-				return err
-			}
-			for _, name := range []string{"a", "b"} {
-				if got[name].Hash != hash {
-					return fmt.Errorf("replica %s reports %+v", name, got[name])
-				}
-			}
-			return nil
-		})
-		return hash
+		return putInForce(t, p, w, "a", "b")
 	}
 	limits := func() (int64, int64) {
 		t.Helper()
