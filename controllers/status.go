@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
@@ -159,13 +160,24 @@ func patchStatus[T statusObject](ctx context.Context, c client.Client, rec event
 		return again, nil
 	}
 	recordConditionEvents(rec, obj, before.GetConditions(), obj.GetConditions())
+	// The patch is sent as the object's metadata, so the API server
+	// answers with its metadata alone (in protobuf): the operator reads
+	// only the new resourceVersion of the answer, and decoding the whole
+	// object back was a thirtieth of its CPU at hundreds of Tenants.
+	gvk, err := apiutil.GVKForObject(obj, c.Scheme())
+	if err != nil {
+		return 0, fmt.Errorf("status: %w", err)
+	}
+	target := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: obj.GetNamespace(), Name: obj.GetName()}}
+	target.SetGroupVersionKind(gvk)
 	patch := client.RawPatch(types.MergePatchType, data)
-	switch err := c.Status().Patch(ctx, obj, patch); {
+	switch err := c.Status().Patch(ctx, target, patch); {
 	case apierrors.IsNotFound(err):
 	case err != nil:
 		return 0, fmt.Errorf("patch status: %w", err)
 	default:
-		written.wrote(key, hash, obj.GetResourceVersion())
+		obj.SetResourceVersion(target.GetResourceVersion())
+		written.wrote(key, hash, target.GetResourceVersion())
 	}
 	return again, nil
 }
