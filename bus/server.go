@@ -365,8 +365,7 @@ func (s *Server) build(ctx context.Context, cfg *config.Workspace) (ws *workspac
 // says: its idempotency window, its topic retention and limits, in force
 // on the stream once it returns.
 func (s *Server) openStore(ctx context.Context, cfg *config.Workspace) (*store.Workspace, error) {
-	limits := store.TopicLimits{MaxBytes: cfg.Topic.Bytes(), MaxMsgs: cfg.Topic.MaxMessages}
-	return s.opts.Store.OpenWorkspace(ctx, cfg.ID, cfg.IdempotencyWindow.Duration, s.topicRetention(cfg), store.WithTopicLimits(limits))
+	return s.opts.Store.OpenConfigured(ctx, cfg, s.opts.TopicRetention)
 }
 
 // topicRetention is how long cfg's topic keeps messages: its own

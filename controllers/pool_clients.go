@@ -22,6 +22,7 @@ import (
 
 	"github.com/storybus/storybus/api/v1alpha1"
 	"github.com/storybus/storybus/bus/pool"
+	"github.com/storybus/storybus/bus/store"
 )
 
 // The operator reaches every BusPool's NATS cluster itself: it writes the
@@ -111,8 +112,11 @@ type poolClient struct {
 	nc       *nats.Conn
 	js       jetstream.JetStream
 	pool     *pool.Pool
-	cancel   context.CancelFunc
-	done     chan struct{}
+	// store opens a workspace's stream and records on the pool's
+	// cluster as the pool's replicas do.
+	store  *store.Store
+	cancel context.CancelFunc
+	done   chan struct{}
 
 	mu sync.RWMutex
 	// synced is true once the watch delivered every current status.
@@ -226,7 +230,8 @@ func (c *poolClients) dial(ctx context.Context, key types.NamespacedName, identi
 		return nil, err
 	}
 	wctx, stop := context.WithCancel(c.base)
-	pc := &poolClient{key: key, identity: identity, url: bp.Spec.NATS.URL, nc: nc, js: js, pool: p, cancel: stop, done: make(chan struct{})}
+	st := store.Over(nc, js, store.Options{Replicas: int(bp.EffectiveStreamReplicas()), SharedBuckets: true})
+	pc := &poolClient{key: key, identity: identity, url: bp.Spec.NATS.URL, nc: nc, js: js, pool: p, store: st, cancel: stop, done: make(chan struct{})}
 	go c.watch(wctx, pc)
 	return pc, nil
 }

@@ -370,6 +370,9 @@ func (r *TenantPoolReconciler) place(ctx context.Context, s *poolScope) (ctrl.Re
 	// behind the operator's back is not), or no replica is ready to say.
 	known := placedOn(t, key) && t.Status.Pool.DocumentHash == hash &&
 		(!s.synced || len(s.loads()) == 0 || reported(s.statuses, hash))
+	if !placedOn(t, key) {
+		r.openStore(ctx, s.client, doc)
+	}
 	if !known {
 		if err := r.put(ctx, s.client, t.EffectiveWorkspaceID(), doc); err != nil {
 			s.notPlaced(v1alpha1.ReasonPoolUnreachable, "BusPool %s: %v", key, err)
@@ -396,6 +399,27 @@ func reported(statuses map[string]pool.Status, hash string) bool {
 		}
 	}
 	return false
+}
+
+// openStore opens, before a workspace is first placed on a pool, its
+// stream and records on the pool's cluster (doc's), as each replica opens
+// them when it applies the document. Every replica of a pool applies a new
+// document at once, and nats-server often answers none of several
+// creates of one replicated stream at the same time, though it creates
+// it: each replica then waited out its first attempt (half a second) of
+// an onboarding's two. Opened first, the replicas find the stream there.
+// A failure is left to the replicas, which open it themselves and report
+// what keeps them from it on the Tenant.
+func (r *TenantPoolReconciler) openStore(ctx context.Context, pc *poolClient, doc []byte) {
+	cfg, err := config.Parse(doc)
+	if err != nil {
+		return // the replicas refuse it, and say why
+	}
+	ctx, cancel := context.WithTimeout(ctx, externalDataTimeout)
+	defer cancel()
+	if _, err := pc.store.OpenConfigured(ctx, cfg, 0); err != nil {
+		ctrl.LoggerFrom(ctx).Info("could not open the workspace's stream before its first placement; the pool's replicas open it", "workspace", cfg.ID, "error", err.Error())
+	}
 }
 
 // put writes doc under ws into the pool's bucket unless the bucket holds

@@ -659,3 +659,51 @@ func TestPooledReadinessMessageWhileReplicasReport(t *testing.T) {
 		t.Errorf("every replica serves it: %+v", loaded)
 	}
 }
+
+// TestAPooledWorkspaceIsOpenedBeforeItsFirstDocument: the operator opens
+// a pooled workspace's stream on the pool's cluster, as its topic limits
+// and retention say, before it puts the workspace's first document, so
+// that the pool's replicas, which apply a new document all at once, find
+// the stream there instead of each creating it (nats-server often answers
+// none of several creates of one replicated stream). No replica serves
+// this pool: whatever is on the cluster is the operator's.
+func TestAPooledWorkspaceIsOpenedBeforeItsFirstDocument(t *testing.T) {
+	nats, st := startPoolCluster(t)
+	ns := newNamespace(t)
+	ctx := context.Background()
+	create(t, newBusPool(ns, "shared", nats.ClientURL()))
+	waitCondition(t, ns, "shared", &v1alpha1.BusPool{}, busPoolGen, v1alpha1.ConditionClusterReady, metav1.ConditionTrue, v1alpha1.ReasonClusterConnected)
+	sp, err := pool.Open(ctx, st.JS, ns+"_shared", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs, err := sp.Documents.WatchAll(ctx, jetstream.UpdatesOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = docs.Stop() }()
+
+	ws := "opened"
+	month := 30 * 24 * time.Hour
+	create(t, newTenant(ns, "opened", func(tn *v1alpha1.Tenant) {
+		tn.Spec.Pool = &v1alpha1.PoolReference{Name: "shared"}
+		tn.Spec.Capacity = &v1alpha1.TenantCapacity{Topic: &v1alpha1.TopicCapacity{MaxMessages: 5000, MaxAge: &metav1.Duration{Duration: month}}}
+	}))
+	create(t, newConnection(ns, "cms", "opened"))
+	select {
+	case e := <-docs.Updates():
+		if e == nil || e.Key() != ws {
+			t.Fatalf("the first document: %v", e)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("no document of the workspace put into the pool within a minute")
+	}
+	// The stream was there when its document was first put.
+	s, err := st.JS.Stream(ctx, store.StreamName(ws))
+	if err != nil {
+		t.Fatalf("the workspace's stream when its first document was put: %v", err)
+	}
+	if c := s.CachedInfo().Config; c.MaxMsgs != 5000 || c.MaxAge != month || c.Discard != jetstream.DiscardNew {
+		t.Errorf("the stream opened as max messages %d, max age %s, discard %s; want 5000, %s and new", c.MaxMsgs, c.MaxAge, c.Discard, month)
+	}
+}

@@ -5,6 +5,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"errors"
@@ -18,6 +19,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sync/errgroup"
+
+	config "github.com/storybus/storybus/api/config/v1alpha1"
 )
 
 // RecordsSyncInterval is the embedded store's periodic fsync under
@@ -178,6 +181,25 @@ func Connect(o Options) (*Store, error) {
 		st.recordsLossWindow = interval + lossMargin
 	}
 	return st, nil
+}
+
+// Over is a Store on a connection its caller made and keeps (the
+// operator's to a pool's cluster), which opens and deletes workspaces as
+// one from Connect with o's Replicas and SharedBuckets does; o's other
+// fields are not read. It has no Watch: its operations wait for their
+// answers until their deadlines, a lost connection or not. Closing the
+// connection is the caller's: Over's Store is never closed.
+func Over(nc *nats.Conn, js jetstream.JetStream, o Options) *Store {
+	return &Store{Conn: nc, JS: js, replicas: max(o.Replicas, 1), sharedBuckets: o.SharedBuckets}
+}
+
+// OpenConfigured opens workspace cfg's stream and records (OpenWorkspace)
+// as cfg says: its idempotency window, its topic's limits, and its topic's
+// retention, retention when cfg sets none. A bus serving cfg and the
+// operator placing it on a pool open them alike.
+func (s *Store) OpenConfigured(ctx context.Context, cfg *config.Workspace, retention time.Duration) (*Workspace, error) {
+	limits := TopicLimits{MaxBytes: cfg.Topic.Bytes(), MaxMsgs: cfg.Topic.MaxMessages}
+	return s.OpenWorkspace(ctx, cfg.ID, cfg.IdempotencyWindow.Duration, cmp.Or(cfg.Topic.MaxAge.Duration, retention), WithTopicLimits(limits))
 }
 
 // Close drains and closes the connection.

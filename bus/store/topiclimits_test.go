@@ -10,7 +10,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"k8s.io/apimachinery/pkg/api/resource"
 
+	config "github.com/storybus/storybus/api/config/v1alpha1"
 	"github.com/storybus/storybus/bus/store"
 	"github.com/storybus/storybus/internal/storetest"
 )
@@ -137,5 +139,62 @@ func TestOtherStoreFailuresAreNotAFullTopic(t *testing.T) {
 	}
 	if err := fmt.Errorf("publish: %w", fmt.Errorf("nats: %w", &jetstream.APIError{Code: 503, ErrorCode: 10077, Description: "maximum messages exceeded"})); !store.IsTopicFull(err) {
 		t.Errorf("IsTopicFull(%v) = false", err)
+	}
+}
+
+// TestOpenConfigured: a workspace opened from its configuration has the
+// configuration's idempotency window, topic limits and retention, and the
+// retention given when the configuration sets none; a Store made Over
+// another connection, as the operator makes one, opens it alike.
+func TestOpenConfigured(t *testing.T) {
+	srv, st := storetest.Embedded(t)
+	ctx := context.Background()
+	week, month := 7*24*time.Hour, 30*24*time.Hour
+	cfg := func(id string, maxAge time.Duration) *config.Workspace {
+		w := &config.Workspace{ID: id, Topic: config.TopicLimits{MaxMessages: 500}}
+		w.IdempotencyWindow.Duration = 48 * time.Hour
+		w.Topic.MaxAge.Duration = maxAge
+		w.Topic.MaxBytes = new(resource.MustParse("1Mi"))
+		return w
+	}
+	nc, err := nats.Connect("", nats.InProcessServer(srv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	over := store.Over(nc, js, store.Options{Replicas: 1})
+	for _, c := range []struct {
+		st        *store.Store
+		id        string
+		maxAge    time.Duration
+		retention time.Duration
+		want      time.Duration
+	}{
+		{st, "own-age", month, week, month},
+		{st, "bus-age", 0, week, week},
+		{over, "over", month, 0, month},
+	} {
+		ws, err := c.st.OpenConfigured(ctx, cfg(c.id, c.maxAge), c.retention)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := ws.Stream.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s := info.Config; s.MaxMsgs != 500 || s.MaxBytes != 1<<20 || s.MaxAge != c.want {
+			t.Errorf("%s: max messages %d, max bytes %d, max age %s; want 500, %d and %s", c.id, s.MaxMsgs, s.MaxBytes, s.MaxAge, 1<<20, c.want)
+		}
+		rs, err := ws.Records.Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rs.TTL() != 48*time.Hour {
+			t.Errorf("%s: records kept %s, want the window, 48h", c.id, rs.TTL())
+		}
 	}
 }
