@@ -227,6 +227,11 @@ func TestPooledTenant(t *testing.T) {
 	if pl := tn.Status.Pool; pl == nil || pl.Name != "shared" || pl.DocumentHash != config.DocumentHash(e.Value()) {
 		t.Errorf("status.pool %+v, document %s", pl, config.DocumentHash(e.Value()))
 	}
+	// Placed from its creation, it has no volumes: only the pool's
+	// finalizer, which applies the deletion policy on the cluster.
+	if !slices.Equal(tn.Finalizers, []string{v1alpha1.PoolFinalizer}) {
+		t.Errorf("finalizers %v, want only %s", tn.Finalizers, v1alpha1.PoolFinalizer)
+	}
 	statuses, err := sp.StatusesOf(ctx, "brand")
 	if err != nil || statuses["shared-pool-0"].Hash != config.DocumentHash(e.Value()) {
 		t.Errorf("the replica reports %+v (%v)", statuses, err)
@@ -501,6 +506,11 @@ func TestTenantMovesBetweenBusAndPool(t *testing.T) {
 	}
 	if _, err := sp.Documents.Get(ctx, "desk"); err != nil {
 		t.Fatalf("the document on the pool: %v", err)
+	}
+	// The volumes kept from its own bus go by the deletion policy: the
+	// finalizer that applies it stays.
+	if err := get(ns, "desk", tn); err != nil || !slices.Contains(tn.Finalizers, v1alpha1.Finalizer) {
+		t.Errorf("finalizers of a Tenant moved to a pool with its volumes: %v (%v)", tn.Finalizers, err)
 	}
 
 	update(t, ns, "desk", &v1alpha1.Tenant{}, func(tn *v1alpha1.Tenant) { tn.Spec.Pool = nil })

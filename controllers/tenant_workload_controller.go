@@ -95,12 +95,17 @@ func (r *TenantWorkloadReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	if !t.DeletionTimestamp.IsZero() {
 		return r.finalize(ctx, t)
 	}
+	if t.Spec.Pool != nil {
+		// Its pool's replicas serve it (tenant_pool_workload.go). Its data
+		// on the pool's cluster is the pool finalizer's; this one is for
+		// the volumes of a bus of its own, which only a Tenant that had
+		// one has, and that Tenant has this finalizer since: it is added
+		// before the StatefulSet is made. A Tenant placed on a pool from
+		// its creation gets none, a write fewer each.
+		return r.reconcilePooled(ctx, t)
+	}
 	if err := addTenantFinalizer(ctx, r.Client, t, v1alpha1.Finalizer, workloadFinalizerOwner); err != nil {
 		return ctrl.Result{}, err
-	}
-	if t.Spec.Pool != nil {
-		// Its pool's replicas serve it (tenant_pool_workload.go).
-		return r.reconcilePooled(ctx, t)
 	}
 	before := t.DeepCopy()
 	s := &workloadScope{tenant: t}
