@@ -371,7 +371,7 @@ func (s *Server) openStore(ctx context.Context, cfg *config.Workspace) (*store.W
 // topicRetention is how long cfg's topic keeps messages: its own
 // topic.maxAge, or the bus's --topic-retention.
 func (s *Server) topicRetention(cfg *config.Workspace) time.Duration {
-	return cmp.Or(cfg.Topic.MaxAge.Duration, s.opts.TopicRetention)
+	return cfg.Topic.Retention(s.opts.TopicRetention)
 }
 
 // swapIn puts cfg in force for ws: its capacity and configuration, and, for

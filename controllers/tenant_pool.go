@@ -368,9 +368,10 @@ func (r *TenantPoolReconciler) place(ctx context.Context, s *poolScope) (ctrl.Re
 	// The bucket is read, and written, only when the document is not known
 	// to be there: placed before, and seen by a replica (a key deleted
 	// behind the operator's back is not), or no replica is ready to say.
-	known := placedOn(t, key) && t.Status.Pool.DocumentHash == hash &&
+	placed := placedOn(t, key)
+	known := placed && t.Status.Pool.DocumentHash == hash &&
 		(!s.synced || len(s.loads()) == 0 || reported(s.statuses, hash))
-	if !placedOn(t, key) {
+	if !placed {
 		r.openStore(ctx, s.client, doc)
 	}
 	if !known {
@@ -417,6 +418,8 @@ func (r *TenantPoolReconciler) openStore(ctx context.Context, pc *poolClient, do
 	}
 	ctx, cancel := context.WithTimeout(ctx, externalDataTimeout)
 	defer cancel()
+	// The operator runs a pool's replicas without --topic-retention
+	// (poolArgs): their default is 0, the document's maxAge alone.
 	if _, err := pc.store.OpenConfigured(ctx, cfg, 0); err != nil {
 		ctrl.LoggerFrom(ctx).Info("could not open the workspace's stream before its first placement; the pool's replicas open it", "workspace", cfg.ID, "error", err.Error())
 	}

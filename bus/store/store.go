@@ -5,7 +5,6 @@
 package store
 
 import (
-	"cmp"
 	"context"
 	"encoding/base64"
 	"errors"
@@ -195,11 +194,11 @@ func Over(nc *nats.Conn, js jetstream.JetStream, o Options) *Store {
 
 // OpenConfigured opens workspace cfg's stream and records (OpenWorkspace)
 // as cfg says: its idempotency window, its topic's limits, and its topic's
-// retention, retention when cfg sets none. A bus serving cfg and the
-// operator placing it on a pool open them alike.
-func (s *Store) OpenConfigured(ctx context.Context, cfg *config.Workspace, retention time.Duration) (*Workspace, error) {
+// retention, busDefault when cfg sets none (TopicLimits.Retention). A bus
+// serving cfg and the operator placing it on a pool open them alike.
+func (s *Store) OpenConfigured(ctx context.Context, cfg *config.Workspace, busDefault time.Duration) (*Workspace, error) {
 	limits := TopicLimits{MaxBytes: cfg.Topic.Bytes(), MaxMsgs: cfg.Topic.MaxMessages}
-	return s.OpenWorkspace(ctx, cfg.ID, cfg.IdempotencyWindow.Duration, cmp.Or(cfg.Topic.MaxAge.Duration, retention), WithTopicLimits(limits))
+	return s.OpenWorkspace(ctx, cfg.ID, cfg.IdempotencyWindow.Duration, cfg.Topic.Retention(busDefault), WithTopicLimits(limits))
 }
 
 // Close drains and closes the connection.

@@ -7,6 +7,7 @@
 package v1alpha1
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -172,6 +173,13 @@ type TopicLimits struct {
 	// idempotency window; it wins over the bus's --topic-retention. Unset:
 	// the bus's. A story whose latest snapshot has aged out counts as new.
 	MaxAge Duration `json:"maxAge,omitzero"`
+}
+
+// Retention is how long the topic keeps a message: MaxAge, or busDefault
+// (the bus's --topic-retention; 0 keeps messages until the store's
+// limits) when unset.
+func (l TopicLimits) Retention(busDefault time.Duration) time.Duration {
+	return cmp.Or(l.MaxAge.Duration, busDefault)
 }
 
 // Bytes returns MaxBytes in bytes, 0 when unset.
