@@ -231,7 +231,19 @@ func (m *progressMemo) wait(obj, before v1alpha1.ConditionedObject, t *v1alpha1.
 		delete(m.since, uid)
 		return 0
 	}
-	gen := obj.(client.Object).GetGeneration()
+	since := m.firstSeenLocked(uid, obj.(client.Object).GetGeneration(), now)
+	if held := progressHeld(t, now); held > 0 {
+		return held
+	}
+	if c := tenantCompiled(t); c != nil && c.LastTransitionTime.After(since) {
+		since = c.LastTransitionTime.Time
+	}
+	return max(0, progressGrace-now.Sub(since))
+}
+
+// firstSeenLocked returns when uid was first seen on its way at
+// generation gen, remembering now if it was not; m.mu is held.
+func (m *progressMemo) firstSeenLocked(uid types.UID, gen int64, now time.Time) time.Time {
 	seen, ok := m.since[uid]
 	if !ok || seen.generation != gen {
 		if len(m.since) >= eventMemoObjects {
@@ -240,14 +252,46 @@ func (m *progressMemo) wait(obj, before v1alpha1.ConditionedObject, t *v1alpha1.
 		seen = progressSeen{generation: gen, at: now}
 		m.since[uid] = seen
 	}
-	if held := progressHeld(t, now); held > 0 {
-		return held
+	return seen.at
+}
+
+// forget drops what m remembers of uid.
+func (m *progressMemo) forget(uid types.UID) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.since, uid)
+}
+
+// firstReadinessGrace is how long a new Tenant's readiness, while it
+// shows only progress, waits before it is written. A pooled Tenant's
+// replicas take its first document up within a second or so of its
+// compile, and its first readiness is then written once, Ready, instead
+// of ConfigurationNotLoaded and then Ready: the step was a write of the
+// Tenant's status and a reconcile of each of its Connections and Grants,
+// whose InForce quotes it. A Tenant users watch shows its readiness at
+// most this late.
+const firstReadinessGrace = 3 * time.Second
+
+// firstReadiness remembers since when each new Tenant's readiness has
+// shown only progress.
+var firstReadiness = &progressMemo{since: map[types.UID]progressSeen{}}
+
+// firstReadinessHeld returns how much longer Tenant t's readiness waits
+// before it is written, 0 to write it now: before (t as read) has no Ready
+// condition yet, t's readiness shows only progress (onlyProgress), and it
+// has done so for less than firstReadinessGrace. A Ready reached, a
+// failure, a deletion and every readiness after the first are written at
+// once.
+func firstReadinessHeld(t, before *v1alpha1.Tenant, now time.Time) time.Duration {
+	if meta.FindStatusCondition(before.Status.Conditions, v1alpha1.ConditionReady) != nil || !t.DeletionTimestamp.IsZero() ||
+		!onlyProgress(readinessStatus.conditions(t.Status.Conditions)) {
+		firstReadiness.forget(t.UID)
+		return 0
 	}
-	since := seen.at
-	if c := tenantCompiled(t); c != nil && c.LastTransitionTime.After(since) {
-		since = c.LastTransitionTime.Time
-	}
-	return max(0, progressGrace-now.Sub(since))
+	firstReadiness.mu.Lock()
+	defer firstReadiness.mu.Unlock()
+	since := firstReadiness.firstSeenLocked(t.UID, t.Generation, now)
+	return max(0, firstReadinessGrace-now.Sub(since))
 }
 
 // progressHeld returns how much longer the progress of Tenant t's

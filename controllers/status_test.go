@@ -707,6 +707,74 @@ func TestProgressHeldWhileItsTenantWaitsForItsFirstCompile(t *testing.T) {
 	}
 }
 
+// TestFirstReadinessWaitsItsGrace: a new Tenant's readiness that shows
+// only progress is written once it has lasted firstReadinessGrace; Ready
+// reached, a failure, and any readiness after the first are written at
+// once.
+func TestFirstReadinessWaitsItsGrace(t *testing.T) {
+	at := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	tenant := func(uid types.UID, cs ...metav1.Condition) *v1alpha1.Tenant {
+		tn := &v1alpha1.Tenant{}
+		tn.UID, tn.Generation, tn.Status.Conditions = uid, 1, cs
+		return tn
+	}
+	notLoaded := metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonConfigurationNotLoaded}
+	ready := metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonReady}
+	refused := metav1.Condition{Type: v1alpha1.ConditionConfigurationLoaded, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonConfigurationRefused}
+	compiled := metav1.Condition{Type: v1alpha1.ConditionConfigurationValid, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonCompiled}
+
+	if w := firstReadinessHeld(tenant("unit-new", compiled, notLoaded), tenant("unit-new", compiled), at); w != firstReadinessGrace {
+		t.Errorf("a new Tenant's first progress waits %s, want %s", w, firstReadinessGrace)
+	}
+	if w := firstReadinessHeld(tenant("unit-new", compiled, notLoaded), tenant("unit-new", compiled), at.Add(time.Second)); w != firstReadinessGrace-time.Second {
+		t.Errorf("a second later it waits %s, want %s", w, firstReadinessGrace-time.Second)
+	}
+	if w := firstReadinessHeld(tenant("unit-new", compiled, notLoaded), tenant("unit-new", compiled), at.Add(firstReadinessGrace)); w != 0 {
+		t.Errorf("after the grace it waits %s, want 0", w)
+	}
+	if w := firstReadinessHeld(tenant("unit-ready", compiled, ready), tenant("unit-ready", compiled), at); w != 0 {
+		t.Errorf("Ready reached waits %s", w)
+	}
+	if w := firstReadinessHeld(tenant("unit-refused", compiled, refused, notLoaded), tenant("unit-refused", compiled), at); w != 0 {
+		t.Errorf("a refused configuration waits %s: it is a failure to report", w)
+	}
+	if w := firstReadinessHeld(tenant("unit-was", compiled, notLoaded), tenant("unit-was", compiled, ready), at); w != 0 {
+		t.Errorf("a Tenant that had a readiness waits %s: Ready lost is written at once", w)
+	}
+	gone := tenant("unit-gone", compiled, notLoaded)
+	gone.DeletionTimestamp = &metav1.Time{Time: at}
+	if w := firstReadinessHeld(gone, tenant("unit-gone", compiled), at); w != 0 {
+		t.Errorf("a Tenant being deleted waits %s", w)
+	}
+}
+
+// TestPooledTenantPlacementWaitsForItsFirstCompile: a new pooled Tenant
+// whose first compile is on its way (progressHeld) gets no PoolReady
+// AwaitingConfiguration, only a look again when the wait ends; one past
+// the wait, or whose configuration does not compile, is told why it is
+// not placed.
+func TestPooledTenantPlacementWaitsForItsFirstCompile(t *testing.T) {
+	scope := func(created time.Time, cs ...metav1.Condition) *poolScope {
+		tn := &v1alpha1.Tenant{}
+		tn.CreationTimestamp, tn.Status.Conditions = metav1.NewTime(created), cs
+		return &poolScope{tenant: tn, pool: &v1alpha1.BusPool{ObjectMeta: metav1.ObjectMeta{Namespace: "pools", Name: "shared"}}}
+	}
+	r := &TenantPoolReconciler{}
+	s := scope(time.Now())
+	if _, err := r.place(context.Background(), s); !errors.Is(err, errPhasesDone) || s.placed != nil || s.requeue <= 0 || s.requeue > credentialsWait {
+		t.Errorf("a new Tenant: placed %+v, requeue %s, %v; want nothing to write and a look again within %s", s.placed, s.requeue, err, credentialsWait)
+	}
+	s = scope(time.Now().Add(-credentialsWait - time.Second))
+	if _, err := r.place(context.Background(), s); !errors.Is(err, errPhasesDone) || s.placed == nil || s.placed.Reason != v1alpha1.ReasonAwaitingConfiguration {
+		t.Errorf("past the credentials wait: placed %+v, %v; want %s", s.placed, err, v1alpha1.ReasonAwaitingConfiguration)
+	}
+	invalid := metav1.Condition{Type: v1alpha1.ConditionConfigurationValid, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonInvalidConfiguration}
+	s = scope(time.Now(), invalid)
+	if _, err := r.place(context.Background(), s); !errors.Is(err, errPhasesDone) || s.placed == nil || s.placed.Reason != v1alpha1.ReasonAwaitingConfiguration {
+		t.Errorf("a configuration that does not compile: placed %+v, %v; want %s", s.placed, err, v1alpha1.ReasonAwaitingConfiguration)
+	}
+}
+
 // TestStatusObjectsHaveAStatus: patchStatus writes the Status field of
 // the kinds it is given; each of them has one.
 func TestStatusObjectsHaveAStatus(t *testing.T) {

@@ -549,3 +549,20 @@ func TestTenantValidation(t *testing.T) {
 		t.Errorf("notOwner defaults to tolerate: %q", p.Spec.NotOwner)
 	}
 }
+
+// TestNewTenantReadinessWaitsItsGrace: a new Tenant whose bus is not
+// ready yet gets its first readiness (Ready False, ReplicasNotReady) only
+// firstReadinessGrace after its configuration compiled, not at once, so
+// that a Tenant Ready within the grace has its readiness written once.
+func TestNewTenantReadinessWaitsItsGrace(t *testing.T) {
+	ns := newNamespace(t)
+	create(t, newTenant(ns, "newsroom"))
+	tn := &v1alpha1.Tenant{}
+	waitCondition(t, ns, "newsroom", tn, tenantGen, v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonReplicasNotReady)
+	compiled := findCondition(tn.Status.Conditions, v1alpha1.ConditionConfigurationValid)
+	ready := findCondition(tn.Status.Conditions, v1alpha1.ConditionReady)
+	// Transition times are whole seconds: the grace less one.
+	if compiled == nil || ready.LastTransitionTime.Sub(compiled.LastTransitionTime.Time) < firstReadinessGrace-time.Second {
+		t.Errorf("Ready %s, ConfigurationValid %+v: want the first readiness %s after the compile", ready.LastTransitionTime, compiled, firstReadinessGrace)
+	}
+}

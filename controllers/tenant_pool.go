@@ -135,7 +135,7 @@ const poolLeaveTimeout = 30 * time.Second
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 
 // Reconcile places one Tenant's workspace on its pool, or takes it off.
-func (r *TenantPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, err error) {
+func (r *TenantPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, err error) {
 	t := &v1alpha1.Tenant{}
 	if err := r.Get(ctx, req.NamespacedName, t); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -162,11 +162,16 @@ func (r *TenantPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	defer func() {
 		s.setStatus(r.ClusterDomain)
 		err = errors.Join(err, poolStatus.write(ctx, r.Client, r.Recorder, t, before))
-		if configurationDecided(t) {
-			err = errors.Join(err, readinessStatus.write(ctx, r.Client, r.Recorder, t, before))
+		if !configurationDecided(t) {
+			return
 		}
+		if held := firstReadinessHeld(t, before, time.Now()); held > 0 {
+			res = lowestNonZeroResult(res, requeueAfter(held))
+			return
+		}
+		err = errors.Join(err, readinessStatus.write(ctx, r.Client, r.Recorder, t, before))
 	}()
-	res, err := doReconcile(ctx, s,
+	res, err = doReconcile(ctx, s,
 		func(ctx context.Context, s *poolScope) (ctrl.Result, error) { return r.findPool(ctx, s, want) },
 		r.admit,
 		r.claim,
@@ -327,6 +332,14 @@ func placedOn(t *v1alpha1.Tenant, key types.NamespacedName) bool {
 func (r *TenantPoolReconciler) place(ctx context.Context, s *poolScope) (ctrl.Result, error) {
 	t := s.tenant
 	if t.Status.ConfigHash == "" {
+		if held := progressHeld(t, time.Now()); held > 0 && meta.FindStatusCondition(t.Status.Conditions, v1alpha1.ConditionPoolReady) == nil {
+			// A new Tenant's first compile waits for its Connections'
+			// credentials (progressHeld), and its compile reconciles
+			// it again: PoolReady is first written then, Placed, not
+			// AwaitingConfiguration and then Placed.
+			s.requeue = held
+			return ctrl.Result{}, errPhasesDone
+		}
 		s.notPlaced(v1alpha1.ReasonAwaitingConfiguration, "the workspace is placed on BusPool %s/%s once the Tenant has a valid configuration", s.pool.Namespace, s.pool.Name)
 		return ctrl.Result{}, errPhasesDone
 	}

@@ -77,6 +77,9 @@ func (r *TenantReadinessReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	err := r.observe(ctx, t, &o)
 	if err == nil {
 		setReadiness(t, &o, r.ClusterDomain)
+		if held := firstReadinessHeld(t, before, time.Now()); held > 0 {
+			return requeueAfter(held), nil
+		}
 	}
 	switch werr := readinessStatus.write(ctx, r.Client, r.Recorder, t, before); {
 	case errors.Is(werr, errYielded) && err == nil:
