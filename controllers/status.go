@@ -262,36 +262,45 @@ func (m *progressMemo) forget(uid types.UID) {
 	delete(m.since, uid)
 }
 
-// firstReadinessGrace is how long a new Tenant's readiness, while it
-// shows only progress, waits before it is written. A pooled Tenant's
-// replicas take its first document up within a second or so of its
-// compile, and its first readiness is then written once, Ready, instead
-// of ConfigurationNotLoaded and then Ready: the step was a write of the
+// readinessGrace is how long a Tenant's readiness that shows only
+// progress waits before it is written, after the operator first saw it
+// so or last wrote such a step. A pooled Tenant's replicas take its first
+// document up within a second or so of its compile, and its first
+// readiness is then written once, Ready, instead of
+// ConfigurationNotLoaded and then Ready; a bus of its own goes through
+// its replicas starting, ready and loading, each step a write of the
 // Tenant's status and a reconcile of each of its Connections and Grants,
-// whose InForce quotes it. A Tenant users watch shows its readiness at
-// most this late.
-const firstReadinessGrace = 3 * time.Second
+// whose InForce quotes it. A Tenant users watch shows such a step at most
+// this late.
+const readinessGrace = 3 * time.Second
 
-// firstReadiness remembers since when each new Tenant's readiness has
-// shown only progress.
-var firstReadiness = &progressMemo{since: map[types.UID]progressSeen{}}
+// readinessProgress remembers, for each Tenant whose readiness shows only
+// progress, since when it has waited.
+var readinessProgress = &progressMemo{since: map[types.UID]progressSeen{}}
 
-// firstReadinessHeld returns how much longer Tenant t's readiness waits
-// before it is written, 0 to write it now: before (t as read) has no Ready
-// condition yet, t's readiness shows only progress (onlyProgress), and it
-// has done so for less than firstReadinessGrace. A Ready reached, a
-// failure, a deletion and every readiness after the first are written at
-// once.
-func firstReadinessHeld(t, before *v1alpha1.Tenant, now time.Time) time.Duration {
-	if meta.FindStatusCondition(before.Status.Conditions, v1alpha1.ConditionReady) != nil || !t.DeletionTimestamp.IsZero() ||
-		!onlyProgress(readinessStatus.conditions(t.Status.Conditions)) {
-		firstReadiness.forget(t.UID)
+// readinessHeld returns how much longer Tenant t's readiness waits before
+// it is written, 0 to write it now: t's readiness shows only progress
+// (onlyProgress: replicas not ready, a configuration not loaded yet, and
+// nothing fails), and so did before's (t as read; none at all for a new
+// Tenant), and less than readinessGrace has passed since this was first
+// seen or last let through. Ready reached or lost, a failure and a
+// deletion are written at once.
+func readinessHeld(t, before *v1alpha1.Tenant, now time.Time) time.Duration {
+	if !t.DeletionTimestamp.IsZero() || !onlyProgress(readinessStatus.conditions(t.Status.Conditions)) ||
+		!onlyProgress(readinessStatus.conditions(before.Status.Conditions)) {
+		readinessProgress.forget(t.UID)
 		return 0
 	}
-	firstReadiness.mu.Lock()
-	defer firstReadiness.mu.Unlock()
-	since := firstReadiness.firstSeenLocked(t.UID, t.Generation, now)
-	return max(0, firstReadinessGrace-now.Sub(since))
+	m := readinessProgress
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	since := m.firstSeenLocked(t.UID, t.Generation, now)
+	if wait := readinessGrace - now.Sub(since); wait > 0 {
+		return wait
+	}
+	// Let through: the next step waits its own grace.
+	m.since[t.UID] = progressSeen{generation: t.Generation, at: now}
+	return 0
 }
 
 // progressHeld returns how much longer the progress of Tenant t's

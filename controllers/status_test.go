@@ -707,43 +707,52 @@ func TestProgressHeldWhileItsTenantWaitsForItsFirstCompile(t *testing.T) {
 	}
 }
 
-// TestFirstReadinessWaitsItsGrace: a new Tenant's readiness that shows
-// only progress is written once it has lasted firstReadinessGrace; Ready
-// reached, a failure, and any readiness after the first are written at
+// TestReadinessProgressWaitsItsGrace: a Tenant's readiness that shows
+// only progress, after none or after progress, is written once it has
+// lasted readinessGrace, and the next such step readinessGrace after
+// that; Ready reached or lost, a failure and a deletion are written at
 // once.
-func TestFirstReadinessWaitsItsGrace(t *testing.T) {
+func TestReadinessProgressWaitsItsGrace(t *testing.T) {
 	at := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
 	tenant := func(uid types.UID, cs ...metav1.Condition) *v1alpha1.Tenant {
 		tn := &v1alpha1.Tenant{}
 		tn.UID, tn.Generation, tn.Status.Conditions = uid, 1, cs
 		return tn
 	}
+	notReady := metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonReplicasNotReady}
 	notLoaded := metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonConfigurationNotLoaded}
 	ready := metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonReady}
 	refused := metav1.Condition{Type: v1alpha1.ConditionConfigurationLoaded, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonConfigurationRefused}
 	compiled := metav1.Condition{Type: v1alpha1.ConditionConfigurationValid, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonCompiled}
 
-	if w := firstReadinessHeld(tenant("unit-new", compiled, notLoaded), tenant("unit-new", compiled), at); w != firstReadinessGrace {
-		t.Errorf("a new Tenant's first progress waits %s, want %s", w, firstReadinessGrace)
+	if w := readinessHeld(tenant("unit-new", compiled, notReady), tenant("unit-new", compiled), at); w != readinessGrace {
+		t.Errorf("a new Tenant's first progress waits %s, want %s", w, readinessGrace)
 	}
-	if w := firstReadinessHeld(tenant("unit-new", compiled, notLoaded), tenant("unit-new", compiled), at.Add(time.Second)); w != firstReadinessGrace-time.Second {
-		t.Errorf("a second later it waits %s, want %s", w, firstReadinessGrace-time.Second)
+	if w := readinessHeld(tenant("unit-new", compiled, notReady), tenant("unit-new", compiled), at.Add(time.Second)); w != readinessGrace-time.Second {
+		t.Errorf("a second later it waits %s, want %s", w, readinessGrace-time.Second)
 	}
-	if w := firstReadinessHeld(tenant("unit-new", compiled, notLoaded), tenant("unit-new", compiled), at.Add(firstReadinessGrace)); w != 0 {
+	if w := readinessHeld(tenant("unit-new", compiled, notReady), tenant("unit-new", compiled), at.Add(readinessGrace)); w != 0 {
 		t.Errorf("after the grace it waits %s, want 0", w)
 	}
-	if w := firstReadinessHeld(tenant("unit-ready", compiled, ready), tenant("unit-ready", compiled), at); w != 0 {
+	next := at.Add(readinessGrace + time.Second)
+	if w := readinessHeld(tenant("unit-new", compiled, notLoaded), tenant("unit-new", compiled, notReady), next); w != readinessGrace-time.Second {
+		t.Errorf("the next step, a second after the first was written, waits %s, want %s", w, readinessGrace-time.Second)
+	}
+	if w := readinessHeld(tenant("unit-new", compiled, ready), tenant("unit-new", compiled, notReady), next); w != 0 {
 		t.Errorf("Ready reached waits %s", w)
 	}
-	if w := firstReadinessHeld(tenant("unit-refused", compiled, refused, notLoaded), tenant("unit-refused", compiled), at); w != 0 {
+	if w := readinessHeld(tenant("unit-ready", compiled, ready), tenant("unit-ready", compiled), at); w != 0 {
+		t.Errorf("Ready reached at once waits %s", w)
+	}
+	if w := readinessHeld(tenant("unit-refused", compiled, refused, notLoaded), tenant("unit-refused", compiled), at); w != 0 {
 		t.Errorf("a refused configuration waits %s: it is a failure to report", w)
 	}
-	if w := firstReadinessHeld(tenant("unit-was", compiled, notLoaded), tenant("unit-was", compiled, ready), at); w != 0 {
-		t.Errorf("a Tenant that had a readiness waits %s: Ready lost is written at once", w)
+	if w := readinessHeld(tenant("unit-lost", compiled, notLoaded), tenant("unit-lost", compiled, ready), at); w != 0 {
+		t.Errorf("Ready lost waits %s", w)
 	}
 	gone := tenant("unit-gone", compiled, notLoaded)
 	gone.DeletionTimestamp = &metav1.Time{Time: at}
-	if w := firstReadinessHeld(gone, tenant("unit-gone", compiled), at); w != 0 {
+	if w := readinessHeld(gone, tenant("unit-gone", compiled), at); w != 0 {
 		t.Errorf("a Tenant being deleted waits %s", w)
 	}
 }

@@ -152,10 +152,11 @@ func (r *TenantConfigurationReconciler) reconcileSigningKey(ctx context.Context,
 		if err := controllerutil.SetControllerReference(t, sec, r.Scheme()); err != nil {
 			return ctrl.Result{}, fmt.Errorf("signing key owner: %w", err)
 		}
+		// A new Tenant's key is a step of its creation, which records no
+		// Event (recordConditionEvents); a key replaced below is not.
 		if err := r.Create(ctx, sec); err != nil {
 			return ctrl.Result{}, fmt.Errorf("create signing key secret: %w", err)
 		}
-		r.Recorder.Eventf(t, sec, corev1.EventTypeNormal, "SigningKeyGenerated", "Create", "generated the workspace signing key in Secret %s", name)
 	case err != nil:
 		return ctrl.Result{}, fmt.Errorf("get signing key secret: %w", err)
 	case !controlledBy(sec, t):

@@ -165,7 +165,7 @@ func (r *TenantPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		if !configurationDecided(t) {
 			return
 		}
-		if held := firstReadinessHeld(t, before, time.Now()); held > 0 {
+		if held := readinessHeld(t, before, time.Now()); held > 0 {
 			res = lowestNonZeroResult(res, requeueAfter(held))
 			return
 		}

@@ -77,7 +77,7 @@ func (r *TenantReadinessReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	err := r.observe(ctx, t, &o)
 	if err == nil {
 		setReadiness(t, &o, r.ClusterDomain)
-		if held := firstReadinessHeld(t, before, time.Now()); held > 0 {
+		if held := readinessHeld(t, before, time.Now()); held > 0 {
 			return requeueAfter(held), nil
 		}
 	}
