@@ -284,11 +284,15 @@ var readinessProgress = &progressMemo{since: map[types.UID]progressSeen{}}
 // nothing fails), and so did before's (t as read; none at all for a new
 // Tenant), and less than readinessGrace has passed since this was first
 // seen or last let through. Ready reached or lost, a failure and a
-// deletion are written at once.
+// deletion are written at once; a readiness that did not change is not
+// held (it writes nothing).
 func readinessHeld(t, before *v1alpha1.Tenant, now time.Time) time.Duration {
 	if !t.DeletionTimestamp.IsZero() || !onlyProgress(readinessStatus.conditions(t.Status.Conditions)) ||
 		!onlyProgress(readinessStatus.conditions(before.Status.Conditions)) {
 		readinessProgress.forget(t.UID)
+		return 0
+	}
+	if _, same, err := readinessStatus.compare(t, before); err != nil || same {
 		return 0
 	}
 	m := readinessProgress

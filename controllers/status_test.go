@@ -741,6 +741,9 @@ func TestReadinessProgressWaitsItsGrace(t *testing.T) {
 	if w := readinessHeld(tenant("unit-new", compiled, ready), tenant("unit-new", compiled, notReady), next); w != 0 {
 		t.Errorf("Ready reached waits %s", w)
 	}
+	if w := readinessHeld(tenant("unit-same", compiled, notReady), tenant("unit-same", compiled, notReady), at); w != 0 {
+		t.Errorf("a readiness that did not change waits %s: it writes nothing", w)
+	}
 	if w := readinessHeld(tenant("unit-ready", compiled, ready), tenant("unit-ready", compiled), at); w != 0 {
 		t.Errorf("Ready reached at once waits %s", w)
 	}

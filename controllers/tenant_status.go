@@ -125,22 +125,31 @@ func (p tenantStatusPart) values(st *v1alpha1.TenantStatus) (map[string]any, err
 	return out, nil
 }
 
+// compare returns the part's fields of t's status, and whether the part
+// is the same in before (t as read).
+func (p tenantStatusPart) compare(t, before *v1alpha1.Tenant) (map[string]any, bool, error) {
+	fields, err := p.values(&t.Status)
+	if err != nil {
+		return nil, false, fmt.Errorf("status: %w", err)
+	}
+	wasFields, err := p.values(&before.Status)
+	if err != nil {
+		return nil, false, fmt.Errorf("status: %w", err)
+	}
+	same := equality.Semantic.DeepEqual(p.conditions(t.Status.Conditions), p.conditions(before.Status.Conditions)) &&
+		reflect.DeepEqual(fields, wasFields)
+	return fields, same, nil
+}
+
 // write applies the part of t's status that differs from before (t as
 // read), and records the Events of its conditions' change
 // (recordConditionEvents). It writes nothing when the part is as it was. A gone
 // Tenant is not an error.
 func (p tenantStatusPart) write(ctx context.Context, c client.Client, rec events.EventRecorder, t, before *v1alpha1.Tenant) error {
 	now, was := p.conditions(t.Status.Conditions), p.conditions(before.Status.Conditions)
-	fields, err := p.values(&t.Status)
-	if err != nil {
-		return fmt.Errorf("status: %w", err)
-	}
-	wasFields, err := p.values(&before.Status)
-	if err != nil {
-		return fmt.Errorf("status: %w", err)
-	}
-	if equality.Semantic.DeepEqual(now, was) && reflect.DeepEqual(fields, wasFields) {
-		return nil
+	fields, same, err := p.compare(t, before)
+	if err != nil || same {
+		return err
 	}
 	conds := make([]any, 0, len(now))
 	for _, cd := range now {
