@@ -121,6 +121,7 @@ func runSuite(m *testing.M) int {
 		Scheme:                 scheme,
 		Logger:                 LogSpecErrorsAsInfo(ctrl.Log),
 		Cache:                  CacheOptions(),
+		MapperProvider:         NewRESTMapper,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		Controller:             ctrlconfig.Controller{MaxConcurrentReconciles: suiteConcurrentReconciles, SkipNameValidation: new(true)},

@@ -366,6 +366,7 @@ func RunOperator(ctx context.Context, o OperatorOptions, cfg *rest.Config, log l
 		Scheme:                 scheme,
 		Logger:                 controllers.LogSpecErrorsAsInfo(log),
 		Cache:                  cacheOptions,
+		MapperProvider:         controllers.NewRESTMapper,
 		Metrics:                metricsOptions(o),
 		HealthProbeBindAddress: o.HealthProbeBindAddress,
 		PprofBindAddress:       o.PprofBindAddress,
