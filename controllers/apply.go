@@ -9,6 +9,7 @@ import (
 	"reflect"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -117,12 +118,46 @@ func (w objectWriter) apply(ctx context.Context, current client.Object, desired 
 			return false, nil
 		}
 	}
-	u := &unstructured.Unstructured{Object: want}
-	if err := w.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
+	rv, err := applyForMetadata(ctx, w.Client, &unstructured.Unstructured{Object: want}, false, FieldManager, true)
+	if err != nil {
 		return false, fmt.Errorf("apply %s: %w", what, err)
 	}
-	written.wrote(key, hash, u.GetResourceVersion())
+	written.wrote(key, hash, rv)
 	return true, nil
+}
+
+// applyForMetadata server-side applies u (its apiVersion, kind, namespace
+// and name set) as field manager owner, to the object or, with status, to
+// its status subresource, forcing ownership of conflicting fields when
+// force is true. It is sent as the object's metadata, so the API server
+// answers with the metadata alone, in protobuf: the operator reads only the
+// new resourceVersion, and decoding the whole object back (JSON, for the
+// Tenants and the unstructured applies) was a fiftieth of its CPU at
+// hundreds of Tenants. It returns that version.
+func applyForMetadata(ctx context.Context, c client.Client, u *unstructured.Unstructured, status bool, owner string, force bool) (string, error) {
+	data, err := json.Marshal(u.Object)
+	if err != nil {
+		return "", err
+	}
+	target := &metav1.PartialObjectMetadata{}
+	target.SetGroupVersionKind(u.GroupVersionKind())
+	target.SetNamespace(u.GetNamespace())
+	target.SetName(u.GetName())
+	patch := client.RawPatch(types.ApplyPatchType, data)
+	if status {
+		opts := []client.SubResourcePatchOption{client.FieldOwner(owner)}
+		if force {
+			opts = append(opts, client.ForceOwnership)
+		}
+		err = c.Status().Patch(ctx, target, patch, opts...)
+	} else {
+		opts := []client.PatchOption{client.FieldOwner(owner)}
+		if force {
+			opts = append(opts, client.ForceOwnership)
+		}
+		err = c.Patch(ctx, target, patch, opts...)
+	}
+	return target.GetResourceVersion(), err
 }
 
 // toJSONMap is v's JSON form as a map: numbers are float64, whatever Go

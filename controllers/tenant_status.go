@@ -128,6 +128,13 @@ func (p tenantStatusPart) values(st *v1alpha1.TenantStatus) (map[string]any, err
 // compare returns the part's fields of t's status, and whether the part
 // is the same in before (t as read).
 func (p tenantStatusPart) compare(t, before *v1alpha1.Tenant) (map[string]any, bool, error) {
+	sameConditions := equality.Semantic.DeepEqual(p.conditions(t.Status.Conditions), p.conditions(before.Status.Conditions))
+	if sameConditions && sameBesidesConditions(&t.Status, &before.Status) {
+		// Most reconciles change nothing: comparing the two statuses
+		// costs far less than encoding both (the fields are nil then, as
+		// nothing is written).
+		return nil, true, nil
+	}
 	fields, err := p.values(&t.Status)
 	if err != nil {
 		return nil, false, fmt.Errorf("status: %w", err)
@@ -136,9 +143,15 @@ func (p tenantStatusPart) compare(t, before *v1alpha1.Tenant) (map[string]any, b
 	if err != nil {
 		return nil, false, fmt.Errorf("status: %w", err)
 	}
-	same := equality.Semantic.DeepEqual(p.conditions(t.Status.Conditions), p.conditions(before.Status.Conditions)) &&
-		reflect.DeepEqual(fields, wasFields)
-	return fields, same, nil
+	return fields, sameConditions && reflect.DeepEqual(fields, wasFields), nil
+}
+
+// sameBesidesConditions reports whether a and b are equal but for their
+// conditions (each part compares its own).
+func sameBesidesConditions(a, b *v1alpha1.TenantStatus) bool {
+	x, y := *a, *b
+	x.Conditions, y.Conditions = nil, nil
+	return equality.Semantic.DeepEqual(x, y)
 }
 
 // write applies the part of t's status that differs from before (t as
@@ -172,15 +185,15 @@ func (p tenantStatusPart) write(ctx context.Context, c client.Client, rec events
 	u.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("Tenant"))
 	u.SetNamespace(t.Namespace)
 	u.SetName(t.Name)
-	ac := client.ApplyConfigurationFromUnstructured(u)
+	var rv string
 	if p.yieldsTo != "" {
-		err = c.Status().Apply(ctx, ac, client.FieldOwner(p.manager))
+		rv, err = applyForMetadata(ctx, c, u, true, p.manager, false)
 		if conflictsWith(err, p.yieldsTo) {
 			return errYielded
 		}
 	}
 	if p.yieldsTo == "" || apierrors.IsConflict(err) {
-		err = c.Status().Apply(ctx, ac, client.FieldOwner(p.manager), client.ForceOwnership)
+		rv, err = applyForMetadata(ctx, c, u, true, p.manager, true)
 	}
 	switch {
 	case apierrors.IsNotFound(err):
@@ -188,7 +201,7 @@ func (p tenantStatusPart) write(ctx context.Context, c client.Client, rec events
 	case err != nil:
 		return fmt.Errorf("apply status: %w", err)
 	}
-	written.wrote(key, hash, u.GetResourceVersion())
+	written.wrote(key, hash, rv)
 	recordConditionEvents(rec, t, was, now)
 	return nil
 }
