@@ -73,9 +73,9 @@ func terminal(err error) error { return reconcile.TerminalError(err) }
 // repaired), unless current (the cached object, nil when there is none)
 // already holds it: it reports whether it wrote.
 //
-// Apply decodes the server's answer into what it was given; desired is
-// converted to a map of its own first, so no map of a cached object or of
-// the operator's Options is written.
+// desired is converted to a map of its own first, to hash it and to
+// compare it with current; it is sent as that map, and the server answers
+// with the object's metadata alone (applyForMetadata).
 func (w objectWriter) apply(ctx context.Context, current client.Object, desired runtime.ApplyConfiguration, what string) (bool, error) {
 	want, err := toJSONMap(desired)
 	if err != nil {
