@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -118,7 +119,7 @@ func (w objectWriter) apply(ctx context.Context, current client.Object, desired 
 			return false, nil
 		}
 	}
-	rv, err := applyForMetadata(ctx, w.Client, &unstructured.Unstructured{Object: want}, false, FieldManager, true)
+	rv, err := applyForMetadata(ctx, w.Client, &unstructured.Unstructured{Object: want}, client.FieldOwner(FieldManager), client.ForceOwnership)
 	if err != nil {
 		return false, fmt.Errorf("apply %s: %w", what, err)
 	}
@@ -127,37 +128,48 @@ func (w objectWriter) apply(ctx context.Context, current client.Object, desired 
 }
 
 // applyForMetadata server-side applies u (its apiVersion, kind, namespace
-// and name set) as field manager owner, to the object or, with status, to
-// its status subresource, forcing ownership of conflicting fields when
-// force is true. It is sent as the object's metadata, so the API server
-// answers with the metadata alone, in protobuf: the operator reads only the
-// new resourceVersion, and decoding the whole object back (JSON, for the
-// Tenants and the unstructured applies) was a fiftieth of its CPU at
-// hundreds of Tenants. It returns that version.
-func applyForMetadata(ctx context.Context, c client.Client, u *unstructured.Unstructured, status bool, owner string, force bool) (string, error) {
-	data, err := json.Marshal(u.Object)
+// and name set) with opts (its field manager, and whether it forces
+// ownership), and returns the object's new resourceVersion. It is sent as
+// the object's metadata, so the API server answers with the metadata
+// alone, in protobuf: decoding the whole object back (JSON, for the
+// Tenants and the unstructured applies) only to read its version was a
+// fiftieth of the operator's CPU at hundreds of Tenants.
+func applyForMetadata(ctx context.Context, c client.Client, u *unstructured.Unstructured, opts ...client.PatchOption) (string, error) {
+	target, patch, err := metadataApply(u)
 	if err != nil {
 		return "", err
 	}
-	target := &metav1.PartialObjectMetadata{}
-	target.SetGroupVersionKind(u.GroupVersionKind())
-	target.SetNamespace(u.GetNamespace())
-	target.SetName(u.GetName())
-	patch := client.RawPatch(types.ApplyPatchType, data)
-	if status {
-		opts := []client.SubResourcePatchOption{client.FieldOwner(owner)}
-		if force {
-			opts = append(opts, client.ForceOwnership)
-		}
-		err = c.Status().Patch(ctx, target, patch, opts...)
-	} else {
-		opts := []client.PatchOption{client.FieldOwner(owner)}
-		if force {
-			opts = append(opts, client.ForceOwnership)
-		}
-		err = c.Patch(ctx, target, patch, opts...)
-	}
+	err = c.Patch(ctx, target, patch, opts...)
 	return target.GetResourceVersion(), err
+}
+
+// applyStatusForMetadata is applyForMetadata for u's status subresource.
+func applyStatusForMetadata(ctx context.Context, c client.Client, u *unstructured.Unstructured, opts ...client.SubResourcePatchOption) (string, error) {
+	target, patch, err := metadataApply(u)
+	if err != nil {
+		return "", err
+	}
+	err = c.Status().Patch(ctx, target, patch, opts...)
+	return target.GetResourceVersion(), err
+}
+
+// metadataApply is u as a server-side apply patch, and the metadata of u's
+// object that the API server's answer is decoded into.
+func metadataApply(u *unstructured.Unstructured) (*metav1.PartialObjectMetadata, client.Patch, error) {
+	data, err := json.Marshal(u.Object)
+	if err != nil {
+		return nil, nil, err
+	}
+	return metadataTarget(u.GroupVersionKind(), u.GetNamespace(), u.GetName()), client.RawPatch(types.ApplyPatchType, data), nil
+}
+
+// metadataTarget is the metadata of the object of kind gvk named
+// namespace/name, to send a patch through the metadata client: the API
+// server answers it with the object's metadata alone.
+func metadataTarget(gvk schema.GroupVersionKind, namespace, name string) *metav1.PartialObjectMetadata {
+	target := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}
+	target.SetGroupVersionKind(gvk)
+	return target
 }
 
 // toJSONMap is v's JSON form as a map: numbers are float64, whatever Go

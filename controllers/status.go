@@ -168,8 +168,7 @@ func patchStatus[T statusObject](ctx context.Context, c client.Client, rec event
 	if err != nil {
 		return 0, fmt.Errorf("status: %w", err)
 	}
-	target := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: obj.GetNamespace(), Name: obj.GetName()}}
-	target.SetGroupVersionKind(gvk)
+	target := metadataTarget(gvk, obj.GetNamespace(), obj.GetName())
 	patch := client.RawPatch(types.MergePatchType, data)
 	switch err := c.Status().Patch(ctx, target, patch); {
 	case apierrors.IsNotFound(err):

@@ -187,13 +187,13 @@ func (p tenantStatusPart) write(ctx context.Context, c client.Client, rec events
 	u.SetName(t.Name)
 	var rv string
 	if p.yieldsTo != "" {
-		rv, err = applyForMetadata(ctx, c, u, true, p.manager, false)
+		rv, err = applyStatusForMetadata(ctx, c, u, client.FieldOwner(p.manager))
 		if conflictsWith(err, p.yieldsTo) {
 			return errYielded
 		}
 	}
 	if p.yieldsTo == "" || apierrors.IsConflict(err) {
-		rv, err = applyForMetadata(ctx, c, u, true, p.manager, true)
+		rv, err = applyStatusForMetadata(ctx, c, u, client.FieldOwner(p.manager), client.ForceOwnership)
 	}
 	switch {
 	case apierrors.IsNotFound(err):
