@@ -201,12 +201,12 @@ func (r *ConnectionCredentialsReconciler) SetupWithManager(mgr ctrl.Manager) err
 // credentials it holds.
 func connectionsNamingSecret(c client.Reader) func(context.Context, client.Object) []reconcile.Request {
 	return func(ctx context.Context, o client.Object) []reconcile.Request {
-		var l v1alpha1.ConnectionList
-		if err := c.List(ctx, &l, client.InNamespace(o.GetNamespace()), client.MatchingFields{indexSecretNames: o.GetName()}, client.UnsafeDisableDeepCopy); err != nil {
+		conns, err := connectionsReadingSecret(ctx, c, o.GetNamespace(), o.GetName())
+		if err != nil {
 			return nil
 		}
 		var names []string
-		for _, conn := range l.Items {
+		for _, conn := range conns {
 			names = append(names, conn.Name)
 		}
 		return requestsFor(o.GetNamespace(), names...)

@@ -44,11 +44,12 @@ type referenceReconciler[T statusObject] struct {
 // Reconcile reports whether one object's references resolve and whether
 // it is in force.
 func (r *referenceReconciler[T]) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, err error) {
-	obj := r.newObject()
-	if err := r.Get(ctx, req.NamespacedName, obj); err != nil {
+	// The cache's own object is what it was; the copy is what it becomes.
+	before := r.newObject()
+	if err := r.Get(ctx, req.NamespacedName, before, client.UnsafeDisableDeepCopy); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	before := obj.DeepCopyObject().(T)
+	obj := before.DeepCopyObject().(T)
 	var invalid error
 	if r.validate != nil {
 		invalid = r.validate(obj)

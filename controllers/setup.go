@@ -179,7 +179,7 @@ func namespaceConfigs(namespaces []string) map[string]cache.Config {
 // the placement of pooled Tenants on their pools.
 func Setup(mgr ctrl.Manager, o Options) error {
 	o = o.withDefaults()
-	if err := addIndexes(context.Background(), mgr.GetFieldIndexer()); err != nil {
+	if err := addIndexes(context.Background(), mgr.GetCache()); err != nil {
 		return fmt.Errorf("field indexes: %w", err)
 	}
 	if err := addPoolIndexes(context.Background(), mgr.GetFieldIndexer()); err != nil {

@@ -471,12 +471,12 @@ func (r *TenantConfigurationReconciler) grantToTenant(ctx context.Context, o cli
 // connectionSecretToTenants maps a Secret to the Tenants of the
 // Connections that read it.
 func (r *TenantConfigurationReconciler) connectionSecretToTenants(ctx context.Context, o client.Object) []reconcile.Request {
-	var l v1alpha1.ConnectionList
-	if err := r.List(ctx, &l, client.InNamespace(o.GetNamespace()), client.MatchingFields{indexSecretNames: o.GetName()}, client.UnsafeDisableDeepCopy); err != nil {
+	conns, err := connectionsReadingSecret(ctx, r.Client, o.GetNamespace(), o.GetName())
+	if err != nil {
 		return nil
 	}
 	var names []string
-	for _, c := range l.Items {
+	for _, c := range conns {
 		names = append(names, c.Spec.TenantRef.Name)
 	}
 	return requestsFor(o.GetNamespace(), names...)

@@ -135,13 +135,17 @@ type Connection struct {
 	Status ConnectionStatus `json:"status,omitempty"`
 }
 
+// CredentialsSecretSuffix ends the name of a Connection's credentials
+// Secret when spec.credentials.secretName is unset.
+const CredentialsSecretSuffix = "-credentials"
+
 // CredentialsSecretName returns spec.credentials.secretName, or
 // "<name>-credentials" when it is unset.
 func (c *Connection) CredentialsSecretName() string {
 	if c.Spec.Credentials.SecretName != "" {
 		return c.Spec.Credentials.SecretName
 	}
-	return c.Name + "-credentials"
+	return c.Name + CredentialsSecretSuffix
 }
 
 // IsActive reports whether the connection may publish (spec.active, true

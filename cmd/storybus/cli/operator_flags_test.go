@@ -147,6 +147,51 @@ func TestQuietStop(t *testing.T) {
 	}
 }
 
+// countingHandler counts the attribute sets its handler was derived with.
+type countingHandler struct {
+	slog.Handler
+	derived *int
+}
+
+func (c countingHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	*c.derived++
+	return countingHandler{c.Handler.WithAttrs(as), c.derived}
+}
+
+func (c countingHandler) WithGroup(name string) slog.Handler {
+	return countingHandler{c.Handler.WithGroup(name), c.derived}
+}
+
+// TestQuietStopDerivesOnWrite: a logger derived with attributes that
+// writes nothing costs its handler nothing (controller-runtime derives one
+// per reconcile); one that writes has every attribute of its own line, in
+// order and in its groups, and none of a sibling's.
+func TestQuietStopDerivesOnWrite(t *testing.T) {
+	var b bytes.Buffer
+	derived := 0
+	base := slog.New(quietStop{Handler: countingHandler{slog.NewTextHandler(&b, nil), &derived}, stopping: make(chan struct{})})
+	parent := base.With("controller", "tenant")
+	for i := range 100 {
+		parent.With("reconcileID", i)
+	}
+	if derived != 0 {
+		t.Fatalf("%d handlers derived for loggers that wrote nothing, want 0", derived)
+	}
+	first, second := parent.With("name", "t1"), parent.With("name", "t2")
+	first.WithGroup("step").With("phase", "compile").Info("one")
+	second.Info("two")
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	want := []string{"msg=one controller=tenant name=t1 step.phase=compile", "msg=two controller=tenant name=t2"}
+	if len(lines) != len(want) {
+		t.Fatalf("logged\n%s", b.String())
+	}
+	for i, w := range want {
+		if !strings.HasSuffix(lines[i], w) {
+			t.Errorf("line %q does not end %q", lines[i], w)
+		}
+	}
+}
+
 // TestOperatorMemoryLimitFlag: a --memory-limit that is no quantity stops
 // the operator before it connects, as a usage error naming the flag.
 func TestOperatorMemoryLimitFlag(t *testing.T) {

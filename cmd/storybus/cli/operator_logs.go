@@ -33,9 +33,18 @@ func namedLevels(_ []string, a slog.Attr) slog.Attr {
 // context (Events being written, a reconcile's API call) and
 // controller-runtime's note that leader election ended, which it only
 // makes after the stop began. Before the stop, every ERROR stays one.
+//
+// It also holds the attributes loggers are derived with until a record
+// is written: controller-runtime derives a logger for every reconcile
+// (its controller, object and reconcile ID), and the JSON handler
+// formats a derived logger's attributes at once, which at hundreds of
+// Tenants, with the operator writing errors only, was a fiftieth of its
+// CPU for lines it never wrote.
 type quietStop struct {
 	slog.Handler
 	stopping <-chan struct{}
+	// pending are attributes not given to Handler yet.
+	pending []slog.Attr
 }
 
 // Handle implements slog.Handler.
@@ -44,17 +53,29 @@ func (q quietStop) Handle(ctx context.Context, r slog.Record) error {
 		r = r.Clone()
 		r.Level = slog.LevelInfo
 	}
-	return q.Handler.Handle(ctx, r)
+	return q.resolved().Handle(ctx, r)
 }
 
-// WithAttrs implements slog.Handler.
+// WithAttrs implements slog.Handler: the attributes wait for a record.
 func (q quietStop) WithAttrs(as []slog.Attr) slog.Handler {
-	return quietStop{Handler: q.Handler.WithAttrs(as), stopping: q.stopping}
+	if len(as) == 0 {
+		return q
+	}
+	q.pending = append(q.pending[:len(q.pending):len(q.pending)], as...)
+	return q
 }
 
 // WithGroup implements slog.Handler.
 func (q quietStop) WithGroup(name string) slog.Handler {
-	return quietStop{Handler: q.Handler.WithGroup(name), stopping: q.stopping}
+	return quietStop{Handler: q.resolved().WithGroup(name), stopping: q.stopping}
+}
+
+// resolved is Handler with the pending attributes.
+func (q quietStop) resolved() slog.Handler {
+	if len(q.pending) == 0 {
+		return q.Handler
+	}
+	return q.Handler.WithAttrs(q.pending)
 }
 
 func (q quietStop) stopped() bool {
