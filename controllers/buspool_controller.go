@@ -537,7 +537,7 @@ func (r *BusPoolReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			return requestsFor(o.GetNamespace(), o.GetLabels()[LabelPool])
 		})).
 		Watches(&v1alpha1.Tenant{}, handler.EnqueueRequestsFromMapFunc(poolsOfTenant), builder.WithPredicates(tenantPlacementChanged)).
-		WatchesRawSource(source.Channel(r.Pools.poolEvents, coalesced(newCoalescer(poolStatusCoalesce, poolStatusCoalesce), func(_ context.Context, ev poolEvent) []reconcile.Request {
+		WatchesRawSource(source.Channel(r.Pools.poolEvents, coalesced(newCoalescer(poolStatusCoalesce, poolStatusCoalesce, poolStatusCoalesce), func(_ context.Context, ev poolEvent) []reconcile.Request {
 			return []reconcile.Request{{NamespacedName: ev.pool}}
 		}))).
 		Build(observed{kind: "BusPool", inner: r})

@@ -62,23 +62,32 @@ func requeueAfter(d time.Duration) ctrl.Result { return ctrl.Result{RequeueAfter
 
 // coalesce is how long the configuration controller waits after a change
 // of an object it compiles, with no other change of the Tenant's objects,
-// before it compiles; coalesceAtMost bounds the wait from the first change.
-// The changes of that time (a Tenant's Connections and Grants created one
+// before it compiles, while other Tenants' changes wait too (a burst);
+// coalesceQuiet is that wait for a Tenant whose changes are the only ones
+// waiting; coalesceAtMost bounds the wait from the first change. The
+// changes of that time (a Tenant's Connections and Grants created one
 // after the other, their Secrets) make one configuration, not one each.
+//
+// In a burst of new Tenants the longer pause saves a third of the
+// compiles (docs/performance.md, runs 7 and 8 of a pool's first runs); a
+// Tenant changed alone, one onboarded or a secret rotated on a quiet
+// operator, is compiled sooner, where a second compile costs little.
 const (
 	coalesce       = 500 * time.Millisecond
+	coalesceQuiet  = 200 * time.Millisecond
 	coalesceAtMost = 3 * time.Second
 )
 
 // coalescer enqueues a request once the events that ask for it have
-// paused for delay, and at most atMost after the first of them: a burst
-// of changes makes one reconcile. One coalescer serves every watch of a
-// controller, so the events of all the kinds a request depends on
-// coalesce together.
+// paused, and at most atMost after the first of them: a burst of changes
+// makes one reconcile. The pause is delay while other requests wait too,
+// quiet when the request is the only one waiting. One coalescer serves
+// every watch of a controller, so the events of all the kinds a request
+// depends on coalesce together.
 type coalescer struct {
-	delay, atMost time.Duration
-	mu            sync.Mutex
-	pending       map[reconcile.Request]*pendingRequest
+	delay, quiet, atMost time.Duration
+	mu                   sync.Mutex
+	pending              map[reconcile.Request]*pendingRequest
 }
 
 // pendingRequest is a request waiting for its events to pause.
@@ -87,25 +96,37 @@ type pendingRequest struct {
 	timer *time.Timer
 }
 
-// newCoalescer returns a coalescer with the given pause and bound.
-func newCoalescer(delay, atMost time.Duration) *coalescer {
-	return &coalescer{delay: delay, atMost: atMost, pending: map[reconcile.Request]*pendingRequest{}}
+// newCoalescer returns a coalescer with the given pauses (in a burst, and
+// alone) and bound.
+func newCoalescer(delay, quiet, atMost time.Duration) *coalescer {
+	return &coalescer{delay: delay, quiet: quiet, atMost: atMost, pending: map[reconcile.Request]*pendingRequest{}}
 }
 
-// add asks for req: it is enqueued into q delay after the last ask, or
-// atMost after the first.
+// pauseLocked is how long a pending request's events must pause before
+// it is enqueued: quiet when it is the only one pending, delay when
+// others are; c.mu is held.
+func (c *coalescer) pauseLocked() time.Duration {
+	if len(c.pending) > 1 {
+		return c.delay
+	}
+	return c.quiet
+}
+
+// add asks for req: it is enqueued into q once the asks pause
+// (pauseLocked), or atMost after the first.
 func (c *coalescer) add(req reconcile.Request, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := time.Now()
 	if p, ok := c.pending[req]; ok {
-		if wait := min(c.delay, p.first.Add(c.atMost).Sub(now)); wait > 0 {
+		if wait := min(c.pauseLocked(), p.first.Add(c.atMost).Sub(now)); wait > 0 {
 			p.timer.Reset(wait)
 		}
 		return
 	}
 	p := &pendingRequest{first: now}
-	p.timer = time.AfterFunc(c.delay, func() {
+	c.pending[req] = p
+	p.timer = time.AfterFunc(c.pauseLocked(), func() {
 		c.mu.Lock()
 		mine := c.pending[req] == p
 		if mine {
@@ -118,7 +139,6 @@ func (c *coalescer) add(req reconcile.Request, q workqueue.TypedRateLimitingInte
 			q.Add(req)
 		}
 	})
-	c.pending[req] = p
 }
 
 // coalesced is an event handler that asks c for the requests fn maps an

@@ -431,7 +431,7 @@ func (r *TenantConfigurationReconciler) SetupWithManager(mgr ctrl.Manager) error
 	// The objects compiled into the configuration come in bursts (a
 	// Tenant's Connections and Grants, their Secrets): one compile serves
 	// a burst, whatever kinds it touches.
-	burst := newCoalescer(coalesce, coalesceAtMost)
+	burst := newCoalescer(coalesce, coalesceQuiet, coalesceAtMost)
 	return r.Secrets.Watch(ctrl.NewControllerManagedBy(mgr).Named("tenant-configuration"), r.connectionSecretToTenants, burst).
 		// A Tenant's creation joins the burst of its Connections and Grants
 		// (and the start's first list, a burst of its own); a change of its

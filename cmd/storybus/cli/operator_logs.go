@@ -43,8 +43,17 @@ func namedLevels(_ []string, a slog.Attr) slog.Attr {
 type quietStop struct {
 	slog.Handler
 	stopping <-chan struct{}
-	// pending are attributes not given to Handler yet.
-	pending []slog.Attr
+	// pending are the attributes not given to Handler yet, the last
+	// derivation's first.
+	pending *pendingAttrs
+}
+
+// pendingAttrs are the attributes of one derivation, and those of the
+// derivations before it: a derived logger shares its parent's instead of
+// copying them.
+type pendingAttrs struct {
+	parent *pendingAttrs
+	attrs  []slog.Attr
 }
 
 // Handle implements slog.Handler.
@@ -56,12 +65,13 @@ func (q quietStop) Handle(ctx context.Context, r slog.Record) error {
 	return q.resolved().Handle(ctx, r)
 }
 
-// WithAttrs implements slog.Handler: the attributes wait for a record.
+// WithAttrs implements slog.Handler: the attributes wait for a record
+// (a handler owns the slice it is given).
 func (q quietStop) WithAttrs(as []slog.Attr) slog.Handler {
 	if len(as) == 0 {
 		return q
 	}
-	q.pending = append(q.pending[:len(q.pending):len(q.pending)], as...)
+	q.pending = &pendingAttrs{parent: q.pending, attrs: as}
 	return q
 }
 
@@ -70,12 +80,17 @@ func (q quietStop) WithGroup(name string) slog.Handler {
 	return quietStop{Handler: q.resolved().WithGroup(name), stopping: q.stopping}
 }
 
-// resolved is Handler with the pending attributes.
+// resolved is Handler with the pending attributes, in the order given.
 func (q quietStop) resolved() slog.Handler {
-	if len(q.pending) == 0 {
-		return q.Handler
+	var chain []*pendingAttrs
+	for p := q.pending; p != nil; p = p.parent {
+		chain = append(chain, p)
 	}
-	return q.Handler.WithAttrs(q.pending)
+	h := q.Handler
+	for i := len(chain) - 1; i >= 0; i-- {
+		h = h.WithAttrs(chain[i].attrs)
+	}
+	return h
 }
 
 func (q quietStop) stopped() bool {
