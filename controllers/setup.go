@@ -139,17 +139,20 @@ func CacheOptions(namespaces ...string) cache.Options {
 }
 
 // stripCachedMetadata drops from an object before it is cached what the
-// operator never reads: its managed fields, and, on the kinds users write
+// operator never reads: its managed fields; on the kinds users write
 // (the operator writes them only by patches computed from the cached
-// copy, which leave the annotation alone), the copy kubectl apply keeps.
-// Secrets keep theirs: it says a user applied a generated Secret.
+// copy, which leave the annotation alone), the copy kubectl apply keeps
+// (Secrets keep theirs: it says a user applied a generated Secret); and
+// of a pod's spec all but its containers' names and ports (cachedPodSpec).
 func stripCachedMetadata(in any) (any, error) {
 	o, ok := in.(metav1.Object)
 	if !ok {
 		return in, nil
 	}
 	o.SetManagedFields(nil)
-	switch in.(type) {
+	switch obj := in.(type) {
+	case *corev1.Pod:
+		obj.Spec = cachedPodSpec(obj.Spec)
 	case *v1alpha1.Tenant, *v1alpha1.Connection, *v1alpha1.Grant, *v1alpha1.OwnershipPolicy, *v1alpha1.BusPool:
 		if a := o.GetAnnotations(); a[lastAppliedAnnotation] != "" {
 			a = maps.Clone(a)
@@ -158,6 +161,19 @@ func stripCachedMetadata(in any) (any, error) {
 		}
 	}
 	return in, nil
+}
+
+// cachedPodSpec is what the operator reads of a pod's spec: its
+// containers' names and ports (the port it asks a bus pod for its
+// configuration on). The operator never writes a pod; it reads their
+// status, and a bus pod's spec (image, environment, probes, volumes) was
+// a twentieth of its heap at 500 Tenants.
+func cachedPodSpec(spec corev1.PodSpec) corev1.PodSpec {
+	var kept corev1.PodSpec
+	for _, c := range spec.Containers {
+		kept.Containers = append(kept.Containers, corev1.Container{Name: c.Name, Ports: c.Ports})
+	}
+	return kept
 }
 
 // namespaceConfigs are cache.Options.DefaultNamespaces for namespaces: nil,
