@@ -100,10 +100,11 @@ func indexNamespaced(ctx context.Context, c cache.Cache, obj client.Object, fiel
 			return nil, fmt.Errorf("field index %s: %T is not an object", field, raw)
 		}
 		vals := value(o)
+		keys := make([]string, len(vals))
 		for i, v := range vals {
-			vals[i] = namespacedIndexKey(o.GetNamespace(), v)
+			keys[i] = namespacedIndexKey(o.GetNamespace(), v)
 		}
-		return vals, nil
+		return keys, nil
 	}})
 }
 
@@ -145,18 +146,20 @@ func connectionsReadingSecret(ctx context.Context, c client.Reader, ns, name str
 		case apierrors.IsNotFound(err):
 		case err != nil:
 			return nil, err
-		case own.CredentialsSecretName() == name:
+		case own.Spec.Credentials.SecretName == "":
+			// One that names its Secret itself is in the index.
 			l.Items = append(l.Items, own)
 		}
 	}
 	return l.Items, nil
 }
 
-// connectionSecretNames are the Secrets a Connection reads.
+// connectionSecretNames are the Secrets a Connection reads: those it names,
+// and its credentials Secret of the default name when it names none.
 func connectionSecretNames(c *v1alpha1.Connection) []string {
-	names := []string{c.CredentialsSecretName()}
-	if c.Spec.IAM != nil {
-		names = append(names, c.Spec.IAM.AccessKeySecretRef.Name)
+	names := namedSecrets(c)
+	if c.Spec.Credentials.SecretName == "" {
+		names = append(names, c.CredentialsSecretName())
 	}
 	return names
 }
