@@ -102,26 +102,23 @@ func changedConditions(before, after []metav1.Condition) []metav1.Condition {
 // patchStatus records the Events of the change since before
 // (recordConditionEvents), and patches obj's status when it changed. A
 // status that shows only progress is not written until it has lasted
-// progressGrace (progress.wait), and one on its way is looked at again
-// progressGrace later: patchStatus returns when to try again. tenant is
+// progressGrace (progress.wait): patchStatus returns when to try again,
+// 0 when the watches bring what comes next. tenant is
 // the Tenant obj depends on (nil when none or not found): while it has not
 // compiled its first configuration, the grace does not start
 // (progressHeld). A gone object is not an error.
 func patchStatus[T statusObject](ctx context.Context, c client.Client, rec events.EventRecorder, obj, before T, tenant *v1alpha1.Tenant) (time.Duration, error) {
-	// The watches bring the next step of one on its way; looking again
-	// heals a step they did not bring (it costs a read of the cache, and a
-	// write only if something changed).
-	// A Tenant's first compile, which a held dependent waits for, brings
-	// it back through the same watches.
-	var again time.Duration
-	if defersProgress(obj) && onlyProgress(obj.GetConditions()) {
-		again = max(progressGrace, progressHeld(tenant, time.Now()))
-	}
+	// The watches bring the next step of one on its way (its Tenant's
+	// compile and load, its Secrets): only a step held back below is
+	// looked at again at a time of its own. Looking again every
+	// progressGrace as well was most of the Connections' and Grants'
+	// reconciles while hundreds of Tenants came up, and found nothing the
+	// watches had not brought.
 	now, was := statusField(obj), statusField(before)
 	if equality.Semantic.DeepEqual(now, was) {
 		// Most reconciles change nothing: comparing costs far less than
 		// computing the patch that says so.
-		return again, nil
+		return 0, nil
 	}
 	if wait := progress.wait(obj, before, tenant, time.Now()); wait > 0 {
 		return wait, nil
@@ -150,14 +147,14 @@ func patchStatus[T statusObject](ctx context.Context, c client.Client, rec event
 	key := writtenKey{kind: fmt.Sprintf("%T", obj), namespace: obj.GetNamespace(), name: obj.GetName(), part: "status"}
 	if written.holds(key, hash, before.GetResourceVersion()) {
 		// This status is written already; the cache shows an older one.
-		return again, nil
+		return 0, nil
 	}
 	data, err := jsonpatch.CreateMergePatch(wasJSON, nowJSON)
 	if err != nil {
 		return 0, fmt.Errorf("status patch: %w", err)
 	}
 	if string(data) == "{}" {
-		return again, nil
+		return 0, nil
 	}
 	recordConditionEvents(rec, obj, before.GetConditions(), obj.GetConditions())
 	// The patch is sent as the object's metadata, so the API server
@@ -178,7 +175,7 @@ func patchStatus[T statusObject](ctx context.Context, c client.Client, rec event
 		obj.SetResourceVersion(target.GetResourceVersion())
 		written.wrote(key, hash, target.GetResourceVersion())
 	}
-	return again, nil
+	return 0, nil
 }
 
 // statusField is obj's Status field: every kind of api/v1alpha1 that
