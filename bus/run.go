@@ -36,6 +36,9 @@ type RunOptions struct {
 	// buckets a cluster's pooled workspaces share (store.Options): a pool
 	// replica's store.
 	SharedBuckets bool
+	// SharedRecordsMaxBytes bounds each shared records bucket
+	// (store.Options); 0 asks for no bound.
+	SharedRecordsMaxBytes int64
 	// Bus configures the server; Run sets its Store and SoleWriter.
 	Bus Options
 	// Workspaces are applied before serve is called.
@@ -100,7 +103,7 @@ func Run(ctx context.Context, o RunOptions, serve func(ctx context.Context, srv 
 			}
 		}()
 	}
-	st, err := store.Connect(store.Options{URL: o.NATSURL, Embedded: ns, CredentialsFile: o.NATSCredentials, Replicas: o.Replicas, Name: "storybus-bus", CleanStart: cleanStart, SharedBuckets: o.SharedBuckets})
+	st, err := store.Connect(store.Options{URL: o.NATSURL, Embedded: ns, CredentialsFile: o.NATSCredentials, Replicas: o.Replicas, Name: "storybus-bus", CleanStart: cleanStart, SharedBuckets: o.SharedBuckets, SharedRecordsMaxBytes: o.SharedRecordsMaxBytes})
 	if err != nil {
 		return err
 	}

@@ -17,6 +17,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -65,7 +66,17 @@ func TestBusPoolRunsItsReplicas(t *testing.T) {
 	ctx := context.Background()
 	create(t, newBusPool(ns, "shared", nats.ClientURL(), func(p *v1alpha1.BusPool) {
 		p.Spec.DrainPeriod = &metav1.Duration{Duration: 20 * time.Second}
+		p.Spec.SharedRecords = &v1alpha1.SharedRecords{MaxBytes: resource.MustParse("2Gi")}
 	}))
+
+	for _, q := range []string{"512Ki", "2Pi"} {
+		small := newBusPool(ns, "bound-"+strings.ToLower(q), nats.ClientURL(), func(p *v1alpha1.BusPool) {
+			p.Spec.SharedRecords = &v1alpha1.SharedRecords{MaxBytes: resource.MustParse(q)}
+		})
+		if err := k8s.Create(ctx, small); err == nil || !strings.Contains(err.Error(), "maxBytes must be between 1Mi and 1Pi") {
+			t.Errorf("sharedRecords.maxBytes %s: err = %v, want it refused", q, err)
+		}
+	}
 
 	p := &v1alpha1.BusPool{}
 	waitCondition(t, ns, "shared", p, busPoolGen, v1alpha1.ConditionClusterReady, metav1.ConditionTrue, v1alpha1.ReasonClusterConnected)
@@ -91,7 +102,7 @@ func TestBusPoolRunsItsReplicas(t *testing.T) {
 	spec := sts.Spec.Template.Spec
 	c := spec.Containers[0]
 	args := strings.Join(c.Args, " ")
-	for _, want := range []string{"serve ", "--nats-url " + nats.ClientURL(), "--replicas 1", "--pool " + ns + "_shared", "--pool-replica $(POD_NAME)", "--drain-period 20s", "--listen :8080", "--ops-listen :8081"} {
+	for _, want := range []string{"serve ", "--nats-url " + nats.ClientURL(), "--replicas 1", "--pool " + ns + "_shared", "--pool-replica $(POD_NAME)", "--drain-period 20s", "--listen :8080", "--ops-listen :8081", "--shared-records-max-bytes 2147483648"} {
 		if !strings.Contains(args, want) {
 			t.Errorf("args %q lack %q", args, want)
 		}

@@ -146,6 +146,9 @@ func poolArgs(p *v1alpha1.BusPool, trustedProxies []string) []string {
 	if ref := p.Spec.NATS.CredentialsSecretRef; ref != nil {
 		args = append(args, "--nats-credentials", NATSCredsDir+"/"+natsCredsKey(ref))
 	}
+	if b := p.SharedRecordsMaxBytes(); b > 0 {
+		args = append(args, "--shared-records-max-bytes", strconv.FormatInt(b, 10))
+	}
 	if len(p.Spec.TrustedProxies) > 0 {
 		trustedProxies = p.Spec.TrustedProxies
 	}

@@ -106,7 +106,8 @@ func (c *poolClients) Start(ctx context.Context) error {
 type poolClient struct {
 	key types.NamespacedName
 	// identity is what the connection was made from: URL, credentials,
-	// pool name and replicas. Another identity makes another connection.
+	// pool name, replicas and the shared records' bound. Another identity
+	// makes another connection.
 	identity string
 	url      string
 	nc       *nats.Conn
@@ -142,7 +143,7 @@ func (c *poolClients) forPool(ctx context.Context, secrets *Secrets, bp *v1alpha
 		}
 	}
 	sum := sha256.Sum256(creds)
-	identity := strings.Join([]string{bp.Spec.NATS.URL, hex.EncodeToString(sum[:]), bp.PoolName(), strconv.Itoa(int(bp.EffectiveStreamReplicas()))}, "|")
+	identity := strings.Join([]string{bp.Spec.NATS.URL, hex.EncodeToString(sum[:]), bp.PoolName(), strconv.Itoa(int(bp.EffectiveStreamReplicas())), strconv.FormatInt(bp.SharedRecordsMaxBytes(), 10)}, "|")
 	key := types.NamespacedName{Namespace: bp.Namespace, Name: bp.Name}
 
 	sl := c.slot(key)
@@ -230,7 +231,7 @@ func (c *poolClients) dial(ctx context.Context, key types.NamespacedName, identi
 		return nil, err
 	}
 	wctx, stop := context.WithCancel(c.base)
-	st := store.Over(nc, js, store.Options{Replicas: int(bp.EffectiveStreamReplicas()), SharedBuckets: true})
+	st := store.Over(nc, js, store.Options{Replicas: int(bp.EffectiveStreamReplicas()), SharedBuckets: true, SharedRecordsMaxBytes: bp.SharedRecordsMaxBytes()})
 	pc := &poolClient{key: key, identity: identity, url: bp.Spec.NATS.URL, nc: nc, js: js, pool: p, store: st, cancel: stop, done: make(chan struct{})}
 	go c.watch(wctx, pc)
 	return pc, nil

@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -84,11 +85,35 @@ type BusPoolSpec struct {
 	// +optional
 	Monitoring *TenantMonitoring `json:"monitoring,omitempty"`
 
+	// SharedRecords bounds the idempotency records the pool's workspaces
+	// keep in the buckets they share on the NATS cluster. Unset, they are
+	// bounded only by each workspace's topic (docs/pools.md).
+	// +optional
+	SharedRecords *SharedRecords `json:"sharedRecords,omitempty"`
+
 	// AllowedTenants says which namespaces may place Tenants on the pool.
 	// Default: the pool's own namespace.
 	// +kubebuilder:default={namespaces:{from:Same}}
 	// +optional
 	AllowedTenants *AllowedTenants `json:"allowedTenants,omitempty"`
+}
+
+// SharedRecords bounds the shared records buckets of a NATS cluster:
+// each of them (one per idempotency window) holds at most MaxBytes, as
+// JetStream counts a stream's bytes. A full bucket refuses a new record,
+// and with it the message, 507 workspace.storage_full, and keeps every
+// record it holds; room comes back as records age out of their window.
+// The buckets are the cluster's, shared by every pool on it: each keeps
+// the largest bound a pool has asked for (a pool without one asks for
+// nothing), so lowering it is an edit of the bucket on the cluster
+// (docs/pools.md).
+//
+// +kubebuilder:validation:XValidation:rule="quantity(string(self.maxBytes)).compareTo(quantity('1Mi')) >= 0 && quantity(string(self.maxBytes)).compareTo(quantity('1Pi')) <= 0",message="maxBytes must be between 1Mi and 1Pi"
+type SharedRecords struct {
+	// MaxBytes is the most each shared records bucket holds, from 1Mi to
+	// 1Pi. A record is a key of about a hundred bytes.
+	// +required
+	MaxBytes resource.Quantity `json:"maxBytes"`
 }
 
 // BusPoolTLS is the key pair a pool's replicas serve HTTPS with.
@@ -293,6 +318,15 @@ func (p *BusPool) EffectiveReplicas() int32 {
 		return 3
 	}
 	return *p.Spec.Replicas
+}
+
+// SharedRecordsMaxBytes returns spec.sharedRecords.maxBytes in bytes, 0
+// when unset.
+func (p *BusPool) SharedRecordsMaxBytes() int64 {
+	if p.Spec.SharedRecords == nil {
+		return 0
+	}
+	return p.Spec.SharedRecords.MaxBytes.Value()
 }
 
 // EffectiveStreamReplicas returns spec.nats.replicas, 3 when unset.

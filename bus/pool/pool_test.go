@@ -106,6 +106,17 @@ func startReplica(t *testing.T, p *pool.Pool, o bus.Options, name string) *repli
 // token was issued).
 func (r *replica) publish(t *testing.T, ws string) int {
 	t.Helper()
+	token, status := r.token(t, ws)
+	if status != http.StatusOK {
+		return status
+	}
+	return r.post(t, ws, token, event(uuid.NewString())).status
+}
+
+// token asks for a token of workspace ws's connection cms: the token and
+// the answer's status.
+func (r *replica) token(t *testing.T, ws string) (string, int) {
+	t.Helper()
 	form := url.Values{"grant_type": {"client_credentials"}}
 	req, _ := http.NewRequest(http.MethodPost, r.http.URL+"/v1/tenants/"+ws+"/tokens", strings.NewReader(form.Encode()))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
@@ -114,25 +125,49 @@ func (r *replica) publish(t *testing.T, ws string) int {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer res.Body.Close()
 	var tok struct {
 		AccessToken string `json:"access_token"`
 	}
 	_ = json.NewDecoder(res.Body).Decode(&tok)
-	res.Body.Close()
-	if res.StatusCode != http.StatusOK {
-		return res.StatusCode
-	}
-	body := fmt.Sprintf(`{"som_version":"1.0","message_id":%q,"message_type":"story.context","system_id":"cms","timestamp":"2026-12-01T09:00:00Z","payload":{"story_id":%q,"sequence_number":1,"state":"draft","headline":"Pool"}}`,
-		uuid.NewString(), "story-"+uuid.NewString()[:8])
-	req, _ = http.NewRequest(http.MethodPost, r.http.URL+"/v1/tenants/"+ws+"/messages", bytes.NewReader([]byte(body)))
+	return tok.AccessToken, res.StatusCode
+}
+
+// event is a story.context message of a story of its own, message_id id.
+func event(id string) string {
+	return fmt.Sprintf(`{"som_version":"1.0","message_id":%q,"message_type":"story.context","system_id":"cms","timestamp":"2026-12-01T09:00:00Z","payload":{"story_id":%q,"sequence_number":1,"state":"draft","headline":"Pool"}}`,
+		id, "story-"+id[:8])
+}
+
+// answer is what the bus answered a publish.
+type answer struct {
+	status     int
+	rule       string
+	retryAfter string
+}
+
+// post publishes body to workspace ws with token.
+func (r *replica) post(t *testing.T, ws, token, body string) answer {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, r.http.URL+"/v1/tenants/"+ws+"/messages", bytes.NewReader([]byte(body)))
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+tok.AccessToken)
-	res, err = http.DefaultClient.Do(req)
+	req.Header.Set("Authorization", "Bearer "+token)
+	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	res.Body.Close()
-	return res.StatusCode
+	defer res.Body.Close()
+	var refusal struct {
+		Violations []struct {
+			Rule string `json:"rule"`
+		} `json:"violations"`
+	}
+	_ = json.NewDecoder(res.Body).Decode(&refusal)
+	a := answer{status: res.StatusCode, retryAfter: res.Header.Get("Retry-After")}
+	if len(refusal.Violations) > 0 {
+		a.rule = refusal.Violations[0].Rule
+	}
+	return a
 }
 
 // TestPoolReplicasServeThePoolsWorkspaces runs two replicas of one pool on

@@ -82,6 +82,13 @@ func (a *attempt) run(ctx context.Context) Outcome {
 		}
 		return a.existing(ctx, entry)
 	}
+	if store.IsFull(err) {
+		// The records the pool's workspaces share are at the pool's bound
+		// (docs/pools.md): nothing was recorded or published, every record
+		// held stays, and room comes back as records age out.
+		a.c.log.WarnContext(ctx, "records full", "workspace", a.c.ws.ID, "messageID", a.msg.MessageID, "error", err)
+		return refuse(rules.New(rules.WorkspaceStorageFull, "the pool's shared idempotency records are at their storage limit; the message was not published; keep it and retry with the same message_id and body later", ""))
+	}
 	if err != nil {
 		return a.c.unavailable(ctx, err, "create record")
 	}
@@ -308,7 +315,7 @@ func (a *attempt) published(ack *jetstream.PubAck) {
 // retry is checked as new; one that may have landed (a timeout) leaves it
 // to the lease and the topic's duplicate window.
 func (a *attempt) publishFailed(ctx context.Context, err error) Outcome {
-	if store.IsTopicFull(err) {
+	if store.IsFull(err) {
 		// The topic refused the message and kept everything it held
 		// (discard new): the record goes, so that the same message sent
 		// once the limit is raised is checked as new, and no story head

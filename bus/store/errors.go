@@ -122,13 +122,14 @@ func IsWrongLastSequence(err error) bool {
 // names no constant for it.
 const jsErrCodeStreamStoreFailed jetstream.ErrorCode = 10077
 
-// IsTopicFull reports a publish that the topic refused because it holds
-// its MaxBytes or MaxMsgs (WithTopicLimits): the store answered 10077 with
+// IsFull reports a write that a stream refused because it holds its
+// MaxBytes or MaxMsgs: a topic's (WithTopicLimits) or a shared records
+// bucket's (Options.SharedRecordsMaxBytes). The store answered 10077 with
 // nats-server's own ErrMaxBytes or ErrMaxMsgs as the description, the only
 // part of the answer that tells a full stream from another store failure.
 // Nothing was written (Classify says KindDefiniteFailure), and nothing the
 // stream held was dropped for it.
-func IsTopicFull(err error) bool {
+func IsFull(err error) bool {
 	var apiErr *jetstream.APIError
 	if !errors.As(err, &apiErr) || apiErr.ErrorCode != jsErrCodeStreamStoreFailed {
 		return false

@@ -110,6 +110,11 @@ type Options struct {
 	// stream, its topic, not three: a pool's replicas set it. A workspace
 	// whose records bucket of its own exists keeps it.
 	SharedBuckets bool
+	// SharedRecordsMaxBytes bounds each shared records bucket
+	// (SharedBuckets): a full one refuses new records, IsFull says so,
+	// and keeps those it holds. A bucket keeps the largest bound asked
+	// for; 0 asks for none and leaves a bucket's bound as it is.
+	SharedRecordsMaxBytes int64
 }
 
 // Store is a connection to JetStream.
@@ -128,6 +133,8 @@ type Store struct {
 	cleanStart bool
 	// sharedBuckets: see Options.SharedBuckets.
 	sharedBuckets bool
+	// sharedRecordsMaxBytes: see Options.SharedRecordsMaxBytes.
+	sharedRecordsMaxBytes int64
 }
 
 // lossMargin widens the window of records a crash may have lost, for the
@@ -167,7 +174,7 @@ func Connect(o Options) (*Store, error) {
 	if replicas < 1 {
 		replicas = 1
 	}
-	st := &Store{Conn: nc, JS: js, Watch: watch, replicas: replicas, cleanStart: o.CleanStart, sharedBuckets: o.SharedBuckets && o.Embedded == nil}
+	st := &Store{Conn: nc, JS: js, Watch: watch, replicas: replicas, cleanStart: o.CleanStart, sharedBuckets: o.SharedBuckets && o.Embedded == nil, sharedRecordsMaxBytes: o.SharedRecordsMaxBytes}
 	if o.Embedded != nil {
 		// The embedded server lives and dies with this process, so this
 		// process can rebuild, at its start, the records a crash lost.
@@ -184,12 +191,13 @@ func Connect(o Options) (*Store, error) {
 
 // Over is a Store on a connection its caller made and keeps (the
 // operator's to a pool's cluster), which opens and deletes workspaces as
-// one from Connect with o's Replicas and SharedBuckets does; o's other
+// one from Connect with o's Replicas, SharedBuckets and
+// SharedRecordsMaxBytes does; o's other
 // fields are not read. It has no Watch: its operations wait for their
 // answers until their deadlines, a lost connection or not. Closing the
 // connection is the caller's: Over's Store is never closed.
 func Over(nc *nats.Conn, js jetstream.JetStream, o Options) *Store {
-	return &Store{Conn: nc, JS: js, replicas: max(o.Replicas, 1), sharedBuckets: o.SharedBuckets}
+	return &Store{Conn: nc, JS: js, replicas: max(o.Replicas, 1), sharedBuckets: o.SharedBuckets, sharedRecordsMaxBytes: o.SharedRecordsMaxBytes}
 }
 
 // OpenConfigured opens workspace cfg's stream and records (OpenWorkspace)
@@ -233,7 +241,7 @@ type TopicLimits struct {
 
 // WithTopicLimits sets the topic's limits; OpenWorkspace without it
 // leaves the topic unbounded. The topic discards new messages at a limit,
-// never old ones: a publish over it is refused (IsTopicFull) and every
+// never old ones: a publish over it is refused (IsFull) and every
 // message it holds stays until its retention ends. A limit lowered under
 // what the topic holds removes nothing either: publishes are refused
 // until retention brings it under.
@@ -483,11 +491,15 @@ func (s *Store) openRecords(ctx context.Context, workspace string, window time.D
 }
 
 // openRecordsBucket creates or updates a records bucket (openRecords). A
-// shared one keeps the most replicas any pool asked for: pools on one
-// cluster may ask for different numbers, and would otherwise update the
+// shared one keeps the most replicas and the largest bound
+// (Options.SharedRecordsMaxBytes) any pool asked for: pools on one
+// cluster may ask for different ones, and would otherwise update the
 // bucket back and forth.
 func (s *Store) openRecordsBucket(ctx context.Context, bucket, description string, window time.Duration, durable, shared bool) (jetstream.KeyValue, jetstream.Stream, time.Duration, error) {
 	cfg := recordsStreamConfig(bucket, description, window, s.replicas)
+	if shared && s.sharedRecordsMaxBytes > 0 {
+		cfg.MaxBytes = s.sharedRecordsMaxBytes
+	}
 	if s.recordsLossWindow > 0 && !durable {
 		cfg.PersistMode = jetstream.AsyncPersistMode
 	}
@@ -501,7 +513,9 @@ func (s *Store) openRecordsBucket(ctx context.Context, bucket, description strin
 		}
 		cfg.PersistMode = existing.CachedInfo().Config.PersistMode
 		if shared {
-			cfg.Replicas = max(cfg.Replicas, existing.CachedInfo().Config.Replicas)
+			have := existing.CachedInfo().Config
+			cfg.Replicas = max(cfg.Replicas, have.Replicas)
+			cfg.MaxBytes = largerBound(cfg.MaxBytes, have.MaxBytes)
 		}
 		if sameStreamConfig(existing.CachedInfo().Config, cfg) {
 			return existing, nil
@@ -523,6 +537,15 @@ func (s *Store) openRecordsBucket(ctx context.Context, bucket, description strin
 		return kv, stream, 0, nil
 	}
 	return kv, stream, s.recordsLossWindow, nil
+}
+
+// largerBound is the larger of two streams' MaxBytes where a bound (over
+// 0) is larger than none; none when neither has one.
+func largerBound(asked, have int64) int64 {
+	if b := max(asked, have); b > 0 {
+		return b
+	}
+	return -1
 }
 
 // RecordsDuplicateWindow is the records bucket's duplicate window, the

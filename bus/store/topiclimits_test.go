@@ -18,7 +18,7 @@ import (
 )
 
 // TestTopicLimits: a topic at its MaxMsgs or MaxBytes refuses the next
-// publish with an error IsTopicFull knows (and Classify calls a definite
+// publish with an error IsFull knows (and Classify calls a definite
 // failure), keeping every message it held; a raised limit, set by opening
 // the workspace again, takes the same publish; a limit lowered under what
 // the topic holds removes nothing.
@@ -54,7 +54,7 @@ func TestTopicLimits(t *testing.T) {
 	}
 	full := func(err error, what string) {
 		t.Helper()
-		if !store.IsTopicFull(err) {
+		if !store.IsFull(err) {
 			t.Fatalf("%s: %v, want a full topic", what, err)
 		}
 		if k := store.Classify(err); k != store.KindDefiniteFailure {
@@ -123,7 +123,7 @@ func TestTopicLimits(t *testing.T) {
 	}
 }
 
-// TestOtherStoreFailuresAreNotAFullTopic: IsTopicFull knows a full topic
+// TestOtherStoreFailuresAreNotAFullTopic: IsFull knows a full topic
 // by its code and nats-server's own description, not any 10077.
 func TestOtherStoreFailuresAreNotAFullTopic(t *testing.T) {
 	for _, err := range []error{
@@ -133,12 +133,12 @@ func TestOtherStoreFailuresAreNotAFullTopic(t *testing.T) {
 		fmt.Errorf("nats: %w", &jetstream.APIError{Code: 503, ErrorCode: 10077, Description: "maximum messages per subject exceeded"}),
 		fmt.Errorf("nats: %w", &jetstream.APIError{Code: 500, ErrorCode: 10047, Description: "maximum bytes exceeded"}),
 	} {
-		if store.IsTopicFull(err) {
-			t.Errorf("IsTopicFull(%v)", err)
+		if store.IsFull(err) {
+			t.Errorf("IsFull(%v)", err)
 		}
 	}
-	if err := fmt.Errorf("publish: %w", fmt.Errorf("nats: %w", &jetstream.APIError{Code: 503, ErrorCode: 10077, Description: "maximum messages exceeded"})); !store.IsTopicFull(err) {
-		t.Errorf("IsTopicFull(%v) = false", err)
+	if err := fmt.Errorf("publish: %w", fmt.Errorf("nats: %w", &jetstream.APIError{Code: 503, ErrorCode: 10077, Description: "maximum messages exceeded"})); !store.IsFull(err) {
+		t.Errorf("IsFull(%v) = false", err)
 	}
 }
 

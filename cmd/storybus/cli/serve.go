@@ -64,6 +64,10 @@ type ServeOptions struct {
 	// Pool names the bus pool whose workspaces this bus serves, from the
 	// pool's buckets on the --nats-url cluster, as replica PoolReplica.
 	Pool, PoolReplica string
+	// SharedRecordsMaxBytes bounds each records bucket the pooled
+	// workspaces share (bytes or a Kubernetes quantity); empty asks for
+	// no bound.
+	SharedRecordsMaxBytes string
 	// ReleaseStartPages has the bus, once it serves, unmap the pages of
 	// its binary only its start touched (package startpages): the serve
 	// and dev commands set it, a bus run inside another program does not.
@@ -120,6 +124,7 @@ func (o *ServeOptions) bind(cmd *cobra.Command) {
 	f.DurationVar(&o.RefusalHold, "refusal-hold", bus.DefaultRefusalHold, "how long at most a rate.limited, workspace.busy or policy.busy refusal is held, up to its Retry-After, before it is answered, so that a producer retrying at once spins no faster than its share (0: answer at once)")
 	f.StringVar(&o.Pool, "pool", "", "serve the workspaces of this bus pool, from its buckets on the --nats-url cluster, as they are put there (docs/pools.md)")
 	f.StringVar(&o.PoolReplica, "pool-replica", "", "this replica's name in the pool's status bucket (default: the host name)")
+	f.StringVar(&o.SharedRecordsMaxBytes, "shared-records-max-bytes", "", "with --pool, the most each records bucket the pooled workspaces share holds, in bytes or as a Kubernetes quantity (10Gi); past it new messages are refused 507 workspace.storage_full. A bucket keeps the largest bound asked for (docs/pools.md); empty asks for none")
 	f.DurationVar(&o.DrainPeriod, "drain-period", DefaultDrainPeriod, "on SIGTERM, how long the bus goes on answering, with /readyz failing, so that load balancers stop sending it requests before it stops listening (0: stop at once)")
 	f.IntVar(&o.RequestConcurrency, "request-concurrency", bus.DefaultRequestConcurrency, "publish requests of one workspace past authentication at once, for workspaces whose configuration sets no requestConcurrency; past it 503 workspace.busy")
 	f.BoolVar(&o.AccessLog, "access-log", true, "log one line per request on the publish port (--access-log=false turns it off)")
@@ -256,6 +261,21 @@ func applyMemoryLimit(limit string) (int64, error) {
 	return set, nil
 }
 
+// sharedRecordsBound parses --shared-records-max-bytes: 0 when unset.
+func sharedRecordsBound(o ServeOptions) (int64, error) {
+	if o.SharedRecordsMaxBytes == "" {
+		return 0, nil
+	}
+	if o.Pool == "" {
+		return 0, errors.New("--shared-records-max-bytes needs --pool: only a pool's workspaces share records buckets")
+	}
+	q, err := resource.ParseQuantity(o.SharedRecordsMaxBytes)
+	if err != nil || q.Value() < 1<<20 {
+		return 0, fmt.Errorf("--shared-records-max-bytes %q: want bytes or a quantity such as 10Gi, at least 1Mi", o.SharedRecordsMaxBytes)
+	}
+	return q.Value(), nil
+}
+
 // Serve runs the bus until ctx ends: the store (embedded or external), the
 // publish API and the operations endpoints. ready, when set, is called with
 // the bound addresses once both listen.
@@ -271,6 +291,10 @@ func Serve(ctx context.Context, o ServeOptions, cfgs []*config.Workspace, log *s
 		return usageError{err}
 	} else if limit > 0 {
 		log.Info("Go memory limit set", "bytes", limit, "from", "--memory-limit")
+	}
+	recordsBound, err := sharedRecordsBound(o)
+	if err != nil {
+		return usageError{err}
 	}
 	if o.NATSURL != "" && (o.NATSListen != "" || o.Sync != SyncAlways || o.SyncInterval != 0) {
 		log.Warn("--sync, --sync-interval and --nats-listen apply to the embedded store only; the external cluster's own configuration decides")
@@ -319,7 +343,8 @@ func Serve(ctx context.Context, o ServeOptions, cfgs []*config.Workspace, log *s
 	ro := bus.RunOptions{
 		DataDir: o.DataDir, SyncAlways: o.Sync == SyncAlways, SyncInterval: o.SyncInterval, NATSListen: o.NATSListen,
 		NATSURL: o.NATSURL, NATSCredentials: o.NATSCreds, Replicas: o.Replicas, SharedBuckets: o.Pool != "",
-		Bus: bo, Workspaces: cfgs,
+		SharedRecordsMaxBytes: recordsBound,
+		Bus:                   bo, Workspaces: cfgs,
 	}
 	return bus.Run(ctx, ro, func(ctx context.Context, srv *bus.Server) error {
 		if o.Pool != "" {
