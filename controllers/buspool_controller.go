@@ -357,15 +357,11 @@ func (r *BusPoolReconciler) observeReplicas(ctx context.Context, s *busPoolScope
 		return ctrl.Result{}, fmt.Errorf("list pool pods: %w", err)
 	}
 	s.pods = pods.Items
-	tenants, err := tenantsNamingPool(ctx, r.Client, types.NamespacedName{Namespace: p.Namespace, Name: p.Name})
+	n, err := tenantsPlacedOn(ctx, r.Cache, r.Client, types.NamespacedName{Namespace: p.Namespace, Name: p.Name})
 	if err != nil {
-		return ctrl.Result{}, err
+		return ctrl.Result{}, fmt.Errorf("count the tenants placed on the pool: %w", err)
 	}
-	for _, t := range tenants {
-		if pl := t.Status.Pool; pl != nil && pl.Namespace == p.Namespace && pl.Name == p.Name {
-			s.tenants++
-		}
-	}
+	s.tenants = int32(n)
 	s.observed = true
 	return ctrl.Result{}, nil
 }

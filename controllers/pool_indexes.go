@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/storybus/storybus/api/v1alpha1"
@@ -28,7 +30,53 @@ const (
 	// indexPoolSecrets indexes BusPools by the Secrets they name: their
 	// NATS credentials and TLS key pair.
 	indexPoolSecrets = "poolSecrets"
+	// indexPlacedOn is an index of the Tenants' informer, not a field
+	// index: Tenants by the pool their document is in (status.pool), as
+	// <namespace>/<name>, counted by its keys (tenantsPlacedOn).
+	indexPlacedOn = "placedOnPool"
 )
+
+// addPlacedIndex adds indexPlacedOn to the Tenants' informer of c.
+func addPlacedIndex(ctx context.Context, c cache.Cache) error {
+	informer, err := c.GetInformer(ctx, &v1alpha1.Tenant{})
+	if err != nil {
+		return err
+	}
+	return informer.AddIndexers(toolscache.Indexers{indexPlacedOn: func(raw any) ([]string, error) {
+		t, ok := raw.(*v1alpha1.Tenant)
+		if !ok || t.Status.Pool == nil {
+			return nil, nil
+		}
+		return []string{types.NamespacedName{Namespace: t.Status.Pool.Namespace, Name: t.Status.Pool.Name}.String()}, nil
+	}})
+}
+
+// tenantsPlacedOn counts the Tenants whose document is in pool. It reads
+// the keys of the Tenants' index, copying no Tenant: a pool's reconcile
+// counts them, and listing them was, with 1,000 Tenants on a pool, a copy
+// of every Tenant for each reconcile. A cache whose informers keep no
+// index of their own (one confined to namespaces) lists them instead.
+func tenantsPlacedOn(ctx context.Context, c cache.Cache, r client.Reader, pool types.NamespacedName) (int, error) {
+	informer, err := c.GetInformer(ctx, &v1alpha1.Tenant{})
+	if err != nil {
+		return 0, err
+	}
+	if indexed, ok := informer.(interface{ GetIndexer() toolscache.Indexer }); ok {
+		keys, err := indexed.GetIndexer().IndexKeys(indexPlacedOn, pool.String())
+		return len(keys), err
+	}
+	tenants, err := tenantsNamingPool(ctx, r, pool)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, t := range tenants {
+		if pl := t.Status.Pool; pl != nil && pl.Namespace == pool.Namespace && pl.Name == pool.Name {
+			n++
+		}
+	}
+	return n, nil
+}
 
 func addPoolIndexes(ctx context.Context, fi client.FieldIndexer) error {
 	if err := fi.IndexField(ctx, &v1alpha1.Tenant{}, indexTenantPool, func(o client.Object) []string {
@@ -93,10 +141,12 @@ func poolWorkspaceKey(pool types.NamespacedName, ws string) string {
 }
 
 // tenantsNamingPool lists the Tenants, in every namespace, that name pool
-// or are placed on it.
+// or are placed on it: the cache's own, to be read only (a pool's
+// reconcile lists every Tenant on it, and copying them was, with 1,000
+// Tenants on a pool, a copy of a Tenant for each Tenant and reconcile).
 func tenantsNamingPool(ctx context.Context, c client.Reader, pool types.NamespacedName) ([]v1alpha1.Tenant, error) {
 	var l v1alpha1.TenantList
-	if err := c.List(ctx, &l, client.MatchingFields{indexTenantPool: pool.String()}); err != nil {
+	if err := c.List(ctx, &l, client.MatchingFields{indexTenantPool: pool.String()}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("list the tenants of pool %s: %w", pool, err)
 	}
 	return l.Items, nil

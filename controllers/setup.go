@@ -201,6 +201,9 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	if err := addPoolIndexes(context.Background(), mgr.GetFieldIndexer()); err != nil {
 		return fmt.Errorf("pool field indexes: %w", err)
 	}
+	if err := addPlacedIndex(context.Background(), mgr.GetCache()); err != nil {
+		return fmt.Errorf("pool placement index: %w", err)
+	}
 	if err := registerMetrics(mgr.GetClient()); err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}

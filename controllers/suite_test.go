@@ -24,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -64,7 +65,7 @@ var (
 	restConfig *rest.Config
 	// managerCache is the operator's manager's cache: what the operator
 	// holds in memory.
-	managerCache client.Reader
+	managerCache cache.Cache
 )
 
 func TestMain(m *testing.M) {

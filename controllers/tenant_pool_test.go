@@ -22,6 +22,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	toolscache "k8s.io/client-go/tools/cache"
 
 	config "github.com/storybus/storybus/api/config/v1alpha1"
 	"github.com/storybus/storybus/api/v1alpha1"
@@ -253,6 +254,18 @@ func TestPooledTenant(t *testing.T) {
 		}
 		return nil
 	})
+	// The count is the index's, not a list of the Tenants.
+	informer, err := managerCache.GetInformer(ctx, &v1alpha1.Tenant{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	indexed, ok := informer.(interface{ GetIndexer() toolscache.Indexer })
+	if !ok {
+		t.Fatalf("the Tenants' informer %T keeps no index: pools list their Tenants to count them", informer)
+	}
+	if keys, err := indexed.GetIndexer().IndexKeys(indexPlacedOn, ns+"/shared"); err != nil || len(keys) != 1 {
+		t.Errorf("Tenants placed on the pool by the index: %v (%v), want the one", keys, err)
+	}
 
 	t.Run("a rotated secret is in force on the replica", func(t *testing.T) {
 		oldToken, _ := replica.token("brand", clientID, secret)
