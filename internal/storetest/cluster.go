@@ -152,12 +152,16 @@ func (c *Cluster) kill() {
 var errPortTaken = errors.New("a port was taken")
 
 // waitStarted waits until every node answers /healthz, and says whether
-// one that exited meanwhile found a port taken.
+// one that exited meanwhile found a port taken. Every node's exit is
+// watched while any is polled: a node waits for its peers, so one that
+// never started leaves the others unhealthy, and the cause is the one
+// that exited.
 func (c *Cluster) waitStarted(within time.Duration) error {
 	deadline := time.Now().Add(within)
 	hc := &http.Client{Timeout: 2 * time.Second}
-	for _, node := range c.nodes {
-		for {
+	healthy := make([]bool, len(c.nodes))
+	for {
+		for _, node := range c.nodes {
 			select {
 			case <-node.done:
 				logs := node.logs.String()
@@ -167,20 +171,33 @@ func (c *Cluster) waitStarted(within time.Duration) error {
 				return fmt.Errorf("nats-server %s exited:\n%s", node.name, logs)
 			default:
 			}
+		}
+		var lastErr error
+		all := true
+		for i, node := range c.nodes {
+			if healthy[i] {
+				continue
+			}
 			res, err := hc.Get("http://" + node.monitor + "/healthz")
 			if err == nil {
 				res.Body.Close()
-				if res.StatusCode == http.StatusOK {
-					break
+				healthy[i] = res.StatusCode == http.StatusOK
+				if !healthy[i] {
+					err = fmt.Errorf("nats-server %s: /healthz %s", node.name, res.Status)
 				}
 			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("nats-server %s not healthy after %s: %v", node.name, within, err)
+			if !healthy[i] {
+				all, lastErr = false, err
 			}
-			time.Sleep(50 * time.Millisecond)
 		}
+		if all {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("nats cluster not healthy after %s: %v", within, lastErr)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
-	return nil
 }
 
 func (c *Cluster) start(i int) {
