@@ -83,6 +83,11 @@ func SyncAlways(i int) ClusterOption {
 func StartCluster(t testing.TB, bin string, n int, opts ...ClusterOption) *Cluster {
 	t.Helper()
 	c := &Cluster{t: t, bin: bin}
+	// The test's first TempDir registers the removal of its directories,
+	// and cleanups run last first: made before the nodes' cleanup, the
+	// directories are removed after the nodes are killed, not while a
+	// node still writes into its store.
+	_ = t.TempDir()
 	t.Cleanup(func() {
 		c.kill()
 		if t.Failed() && os.Getenv("STORYBUS_TEST_LOGS") != "" {
