@@ -111,7 +111,7 @@ type BusPoolSpec struct {
 // +kubebuilder:validation:XValidation:rule="quantity(string(self.maxBytes)).compareTo(quantity('1Mi')) >= 0 && quantity(string(self.maxBytes)).compareTo(quantity('1Pi')) <= 0",message="maxBytes must be between 1Mi and 1Pi"
 type SharedRecords struct {
 	// MaxBytes is the most each shared records bucket holds, from 1Mi to
-	// 1Pi. A record is a key of about a hundred bytes.
+	// 1Pi. A record takes about 260 bytes of it.
 	// +required
 	MaxBytes resource.Quantity `json:"maxBytes"`
 }
