@@ -86,8 +86,9 @@ type BusPoolSpec struct {
 	Monitoring *TenantMonitoring `json:"monitoring,omitempty"`
 
 	// SharedRecords bounds the idempotency records the pool's workspaces
-	// keep in the buckets they share on the NATS cluster. Unset, they are
-	// bounded only by each workspace's topic (docs/pools.md).
+	// keep in the buckets they share on the NATS cluster. Unset, this pool
+	// asks for no bound; another pool on the cluster may set one for all
+	// (docs/pools.md).
 	// +optional
 	SharedRecords *SharedRecords `json:"sharedRecords,omitempty"`
 
