@@ -83,11 +83,11 @@ func (a *attempt) run(ctx context.Context) Outcome {
 		return a.existing(ctx, entry)
 	}
 	if store.IsFull(err) {
-		// The records the pool's workspaces share are at the pool's bound
-		// (docs/pools.md): nothing was recorded or published, every record
+		// The records the pooled workspaces share are at the bound the
+		// pools on the cluster set (docs/pools.md): nothing was recorded or published, every record
 		// held stays, and room comes back as records age out.
 		a.c.log.WarnContext(ctx, "records full", "workspace", a.c.ws.ID, "messageID", a.msg.MessageID, "error", err)
-		return refuse(rules.New(rules.WorkspaceStorageFull, "the pool's shared idempotency records are at their storage limit; the message was not published; keep it and retry with the same message_id and body later", ""))
+		return refuse(rules.New(rules.WorkspaceStorageFull, "the idempotency records the pooled workspaces share on this cluster are at their storage limit; the message was not published; keep it and retry with the same message_id and body later", ""))
 	}
 	if err != nil {
 		return a.c.unavailable(ctx, err, "create record")
