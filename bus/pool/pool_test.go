@@ -110,7 +110,7 @@ func (r *replica) publish(t *testing.T, ws string) int {
 	if status != http.StatusOK {
 		return status
 	}
-	return r.post(t, ws, token, event(uuid.NewString())).status
+	return r.post(t, ws, token, snapshot(uuid.NewString())).status
 }
 
 // token asks for a token of workspace ws's connection cms: the token and
@@ -133,10 +133,16 @@ func (r *replica) token(t *testing.T, ws string) (string, int) {
 	return tok.AccessToken, res.StatusCode
 }
 
-// event is a story.context message of a story of its own, message_id id.
-func event(id string) string {
+// snapshot is a story.context message of a story of its own, message_id id.
+func snapshot(id string) string {
 	return fmt.Sprintf(`{"som_version":"1.0","message_id":%q,"message_type":"story.context","system_id":"cms","timestamp":"2026-12-01T09:00:00Z","payload":{"story_id":%q,"sequence_number":1,"state":"draft","headline":"Pool"}}`,
 		id, "story-"+id[:8])
+}
+
+// storyEvent is a story.event message, message_id id: the bus marks its
+// record published after the publish (snapshots it does not).
+func storyEvent(id string) string {
+	return fmt.Sprintf(`{"som_version":"1.0","message_id":%q,"message_type":"story.event","system_id":"cms","timestamp":"2026-12-01T09:00:00Z","payload":{"story_id":"story-1","event":"published","occurred_at":"2026-12-01T09:00:00Z"}}`, id)
 }
 
 // answer is what the bus answered a publish.

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/storybus/storybus/api/config/v1alpha1"
 	"github.com/storybus/storybus/bus"
 	"github.com/storybus/storybus/bus/pool"
+	"github.com/storybus/storybus/bus/publish"
 	"github.com/storybus/storybus/bus/store"
 	"github.com/storybus/storybus/internal/storetest"
 	"github.com/storybus/storybus/rules"
@@ -25,7 +27,8 @@ import (
 // limit its publishes are refused 507 and it has as many records as
 // messages accepted, however many more it sends. Its limit counters are
 // keys per connection and per source address of its token requests,
-// whatever the number of messages.
+// whatever the number of messages. The records of the refused messages
+// are removed, and their markers expire within seconds.
 func TestAFullTopicBoundsItsSharedRecords(t *testing.T) {
 	st, err := store.Connect(store.Options{URL: storetest.Listening(t).ClientURL(), SharedBuckets: true})
 	if err != nil {
@@ -72,8 +75,23 @@ func TestAFullTopicBoundsItsSharedRecords(t *testing.T) {
 		}
 		return keys
 	}
-	if keys := keysOf(store.SharedRecordsBucket(w.IdempotencyWindow.Duration)); len(keys) != accepted {
+	bucket := store.SharedRecordsBucket(w.IdempotencyWindow.Duration)
+	if keys := keysOf(bucket); len(keys) != accepted {
 		t.Fatalf("the workspace has %d records in the shared bucket after %d accepted and 9 refused: %v", len(keys), accepted, keys)
+	}
+	// Each refused message's record was removed, and the removal's marker
+	// expires in a second (store.RemovedRecordTTL), not at the end of the
+	// window: refused messages hold no room under the bucket's bound.
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		s, err := st.JS.Stream(ctx, "KV_"+bucket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := s.CachedInfo().State.Msgs; n == uint64(accepted) {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("the shared bucket holds %d messages 20 s after %d accepted and 9 refused: the removals' markers stay", n, accepted)
+		}
 	}
 	// One counter per connection (c.<connection>) and one per client and
 	// source address its token requests came from (a.…): 12 publishes
@@ -121,7 +139,8 @@ func sharedRecordsBound(t *testing.T, url string, replicas int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := startReplica(t, p, bus.Options{Store: st, RequestTimeout: 5 * time.Second, Logger: slog.New(slog.DiscardHandler)}, "a")
+	storeClock := &aheadClock{}
+	r := startReplica(t, p, bus.Options{Store: st, StoreClock: storeClock, RequestTimeout: 5 * time.Second, Logger: slog.New(slog.DiscardHandler)}, "a")
 	w := workspace("brand")
 	putInForce(t, p, w, "a")
 	token, status := r.token(t, "brand")
@@ -129,39 +148,61 @@ func sharedRecordsBound(t *testing.T, url string, replicas int) {
 		t.Fatalf("token: %d", status)
 	}
 
+	// On a cluster a write in flight (a mark) counts against the bound
+	// until it is applied, so a new message refused at the edge may be
+	// accepted a moment later: the bucket is full when three in a row are
+	// refused.
 	var accepted []string
-	full := false
-	for range 1000 {
+	refused := 0
+	for try := 0; refused < 3; try++ {
+		if try == 1000 {
+			t.Fatalf("%d accepted and not full: the bucket of %d bytes does not bound its records", len(accepted), bound)
+		}
 		id := uuid.NewString()
-		a := r.post(t, "brand", token, event(id))
-		if a.status == http.StatusAccepted {
+		switch a := r.post(t, "brand", token, storyEvent(id)); {
+		case a.status == http.StatusAccepted:
 			accepted = append(accepted, id)
-			continue
+			refused = 0
+		case a.status == http.StatusInsufficientStorage && a.rule == rules.WorkspaceStorageFull && a.retryAfter == "":
+			refused++
+		default:
+			t.Fatalf("publish %d: %+v, want 202, or 507 %s without Retry-After", try+1, a, rules.WorkspaceStorageFull)
 		}
-		if a.status != http.StatusInsufficientStorage || a.rule != rules.WorkspaceStorageFull || a.retryAfter != "" {
-			t.Fatalf("publish %d: %+v, want 202, or 507 %s without Retry-After", len(accepted)+1, a, rules.WorkspaceStorageFull)
-		}
-		full = true
-		break
 	}
-	if !full || len(accepted) < 3 {
-		t.Fatalf("%d accepted before the bucket of %d bytes was full (full: %v)", len(accepted), bound, full)
+	if len(accepted) < 3 {
+		t.Fatalf("%d accepted before the bucket of %d bytes was full", len(accepted), bound)
 	}
 	t.Logf("%d messages accepted before the bucket of %d bytes was full", len(accepted), bound)
-	for range 3 {
-		if a := r.post(t, "brand", token, event(uuid.NewString())); a.status != http.StatusInsufficientStorage || a.rule != rules.WorkspaceStorageFull {
-			t.Fatalf("another new message on a full bucket: %+v", a)
-		}
-	}
 	// What was accepted is kept, and a retry of it is still a duplicate.
-	if a := r.post(t, "brand", token, event(accepted[0])); a.status != http.StatusOK {
+	if a := r.post(t, "brand", token, storyEvent(accepted[0])); a.status != http.StatusOK {
 		t.Fatalf("retry of an accepted message on a full bucket: %+v, want 200 (a duplicate)", a)
 	}
-	topic, err := st.JS.Stream(ctx, store.StreamName("brand"))
-	if err != nil {
-		t.Fatal(err)
+	// The last message accepted left less room than its mark needs (a
+	// record marked published is a little larger, and on a cluster the
+	// bound is checked before any write), so its record stays "recorded".
+	// Its retry waits out the lease, then is a duplicate: not refused as
+	// new, not an outage, not published twice.
+	last := accepted[len(accepted)-1]
+	if a := r.post(t, "brand", token, storyEvent(last)); a.status != http.StatusOK && a.rule != rules.MessageInFlight {
+		t.Fatalf("retry of the last accepted message on a full bucket: %+v, want 200 or 503 %s", a, rules.MessageInFlight)
 	}
-	if n := topic.CachedInfo().State.Msgs; n != uint64(len(accepted)) {
+	storeClock.ahead.Store(int64(publish.Lease))
+	if a := r.post(t, "brand", token, storyEvent(last)); a.status != http.StatusOK {
+		t.Fatalf("retry of the last accepted message past its lease on a full bucket: %+v, want 200 (a duplicate)", a)
+	}
+	// A snapshot's record is never marked: its story proves it published.
+	if a := r.post(t, "brand", token, snapshot(uuid.NewString())); a.status != http.StatusInsufficientStorage {
+		t.Fatalf("a new snapshot on a full bucket: %+v, want 507", a)
+	}
+	topicMessages := func() uint64 {
+		t.Helper()
+		topic, err := st.JS.Stream(ctx, store.StreamName("brand"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return topic.CachedInfo().State.Msgs
+	}
+	if n := topicMessages(); n != uint64(len(accepted)) {
 		t.Fatalf("the topic holds %d messages, %d were accepted", n, len(accepted))
 	}
 	bucket := store.SharedRecordsBucket(w.IdempotencyWindow.Duration)
@@ -196,7 +237,23 @@ func sharedRecordsBound(t *testing.T, url string, replicas int) {
 			t.Fatalf("after a store asked for %d: the bucket's bound is %d, want %d", asked, got, 1<<20)
 		}
 	}
-	if a := r.post(t, "brand", token, event(uuid.NewString())); a.status != http.StatusAccepted {
+	if a := r.post(t, "brand", token, snapshot(uuid.NewString())); a.status != http.StatusAccepted {
 		t.Fatalf("a new message once the bound is raised: %+v", a)
 	}
+	// The takeover of the last record now succeeds, and its
+	// republication is dropped as a duplicate by the topic.
+	if a := r.post(t, "brand", token, storyEvent(last)); a.status != http.StatusOK {
+		t.Fatalf("retry of the last message accepted at the bound, once raised: %+v, want 200 (a duplicate)", a)
+	}
+	if n := topicMessages(); n != uint64(len(accepted))+1 {
+		t.Fatalf("the topic holds %d messages, %d were accepted", n, len(accepted)+1)
+	}
+}
+
+// aheadClock is the store's clock moved ahead by a duration: a test takes
+// a record past its lease without waiting for it.
+type aheadClock struct{ ahead atomic.Int64 }
+
+func (c *aheadClock) StoreNow(context.Context) (time.Time, error) {
+	return time.Now().Add(time.Duration(c.ahead.Load())), nil
 }

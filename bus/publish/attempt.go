@@ -83,11 +83,7 @@ func (a *attempt) run(ctx context.Context) Outcome {
 		return a.existing(ctx, entry)
 	}
 	if store.IsFull(err) {
-		// The records the pooled workspaces share are at the bound the
-		// pools on the cluster set (docs/pools.md): nothing was recorded or published, every record
-		// held stays, and room comes back as records age out.
-		a.c.log.WarnContext(ctx, "records full", "workspace", a.c.ws.ID, "messageID", a.msg.MessageID, "error", err)
-		return refuse(rules.New(rules.WorkspaceStorageFull, "the idempotency records the pooled workspaces share on this cluster are at their storage limit; the message was not published; keep it and retry with the same message_id and body later", ""))
+		return a.recordsFull(ctx, err)
 	}
 	if err != nil {
 		return a.c.unavailable(ctx, err, "create record")
@@ -97,6 +93,16 @@ func (a *attempt) run(ctx context.Context) Outcome {
 		return Outcome{Abandoned: true}
 	}
 	return a.commit(ctx, false)
+}
+
+// recordsFull refuses a message whose record the records bucket, at its
+// bound, would not write: the records the pooled workspaces share are at
+// the bound the pools on the cluster set (docs/pools.md). Nothing was
+// published for it, every record held stays, and room comes back as
+// records age out.
+func (a *attempt) recordsFull(ctx context.Context, err error) Outcome {
+	a.c.log.WarnContext(ctx, "records full", "workspace", a.c.ws.ID, "messageID", a.msg.MessageID, "error", err)
+	return refuse(rules.New(rules.WorkspaceStorageFull, "the idempotency records the pooled workspaces share on this cluster are at their storage limit; the message was not published; keep it and retry with the same message_id and body later", ""))
 }
 
 // recordValue is this attempt's record, recorded and not yet published;
@@ -233,6 +239,12 @@ func (a *attempt) rename(ctx context.Context) (Outcome, bool) {
 	if store.IsConflict(err) {
 		return retryLater(rules.MessageInFlight, "another retry of this message is publishing it", time.Second), false
 	}
+	if store.IsFull(err) {
+		// Nothing is published yet: the record goes (when the bucket
+		// lets it), so that the retry is checked as new.
+		a.remove(ctx)
+		return a.recordsFull(ctx, err), false
+	}
 	if err != nil {
 		return a.c.unavailable(ctx, err, "update record"), false
 	}
@@ -320,15 +332,21 @@ func (a *attempt) publishFailed(ctx context.Context, err error) Outcome {
 		// (discard new): the record goes, so that the same message sent
 		// once the limit is raised is checked as new, and no story head
 		// moved.
-		a.c.log.WarnContext(ctx, "topic full", "workspace", a.c.ws.ID, "messageID", a.msg.MessageID, "error", err)
 		a.remove(ctx)
-		return refuse(rules.New(rules.WorkspaceStorageFull, "the workspace's topic is at its storage limit; the message was not published; keep it and retry with the same message_id and body once the platform has raised the limit", ""))
+		return a.topicFull(ctx, err)
 	}
 	a.c.log.WarnContext(ctx, "publish failed", "workspace", a.c.ws.ID, "messageID", a.msg.MessageID, "error", err)
 	if !store.MayHaveLanded(err) {
 		a.remove(ctx)
 	}
 	return retryLater(rules.BusPublishFailed, "the message was not published; retry with the same message_id and body", time.Second)
+}
+
+// topicFull refuses a message the workspace's topic, at its limit
+// (discard new), would not store; the topic kept everything it held.
+func (a *attempt) topicFull(ctx context.Context, err error) Outcome {
+	a.c.log.WarnContext(ctx, "topic full", "workspace", a.c.ws.ID, "messageID", a.msg.MessageID, "error", err)
+	return refuse(rules.New(rules.WorkspaceStorageFull, "the workspace's topic is at its storage limit; the message was not published; keep it and retry with the same message_id and body once the platform has raised the limit", ""))
 }
 
 // remove deletes this attempt's record, guarded by its revision. A failure
@@ -339,7 +357,7 @@ func (a *attempt) remove(ctx context.Context) {
 	}
 	cctx, cancel := context.WithTimeout(ctx, a.c.opTimeout)
 	defer cancel()
-	if err := a.c.ws.Records.Delete(cctx, a.key, jetstream.LastRevision(a.rev)); err != nil {
+	if err := a.c.ws.RemoveRecord(cctx, a.key, a.rev); err != nil {
 		a.c.log.WarnContext(cctx, "removing record failed", "workspace", a.c.ws.ID, "messageID", a.msg.MessageID, "error", err)
 	}
 }
@@ -393,6 +411,9 @@ func (a *attempt) existing(ctx context.Context, entry jetstream.KeyValueEntry) O
 	if store.IsConflict(err) {
 		return a.takeoverRefused(ctx, entry)
 	}
+	if store.IsFull(err) {
+		return a.takeoverFull(ctx, entry, err)
+	}
 	if err != nil {
 		return a.c.unavailable(ctx, err, "take over record")
 	}
@@ -425,6 +446,41 @@ func (a *attempt) takeoverRefused(ctx context.Context, read jetstream.KeyValueEn
 		}
 	}
 	return retryLater(rules.MessageInFlight, "another retry of this message is publishing it", time.Second)
+}
+
+// takeoverFull answers a retry whose takeover the records bucket, at its
+// bound, refused. On a replicated bucket the bound is checked before any
+// write, so it also refuses the mark of the messages accepted last before
+// it was full: such a record stays "recorded" although its message was
+// published. The record stays as it is. A snapshot was not found on its
+// story (existing): it is superseded, or refused like a new message. An
+// event may be on the topic: it is published again under the record read,
+// and the topic's duplicate window on Nats-Msg-Id answers a duplicate if
+// it was, as a republication after a lost mark does (docs/publish-core.md,
+// "Failures").
+func (a *attempt) takeoverFull(ctx context.Context, entry jetstream.KeyValueEntry, err error) Outcome {
+	a.rev = entry.Revision()
+	if a.snapshot {
+		if out, done := a.supersededBy(ctx, a.head); done {
+			return out
+		}
+		return a.recordsFull(ctx, err)
+	}
+	ack, err := a.publish(ctx)
+	switch {
+	case store.IsFull(err):
+		return a.topicFull(ctx, err)
+	case err != nil:
+		// The record read is left to the attempt it belongs to: this
+		// one did not take it over.
+		a.c.log.WarnContext(ctx, "publish failed", "workspace", a.c.ws.ID, "messageID", a.msg.MessageID, "error", err)
+		return retryLater(rules.BusPublishFailed, "the message was not published; retry with the same message_id and body", time.Second)
+	}
+	a.published(ack)
+	if ack.Duplicate {
+		return duplicate()
+	}
+	return Outcome{Tolerated: append([]rules.Violation{}, a.in.Warnings...)}
 }
 
 // supersededBy ends a republication when the story head shows the message

@@ -298,6 +298,31 @@ type Workspace struct {
 	// topic, written as before, is then the truth they are rebuilt from
 	// (publish.Core.Recover).
 	RecordsLossWindow time.Duration
+	// removalsExpire is set when the records bucket allows message TTLs:
+	// a removed record's marker then expires after RemovedRecordTTL
+	// (RemoveRecord).
+	removalsExpire bool
+}
+
+// RemovedRecordTTL is how long the marker of a removed record stays in a
+// records bucket that allows message TTLs, instead of the whole window:
+// nats-server's shortest message TTL. A record is removed when its message
+// was not published (the topic full, a definite failure, a contention),
+// and its marker would otherwise hold a shared bucket's room under its
+// bound (Options.SharedRecordsMaxBytes) for the window, for a message
+// never accepted.
+const RemovedRecordTTL = time.Second
+
+// RemoveRecord removes the record of key, guarded by its revision rev.
+// Where the bucket allows message TTLs, it is purged with a marker that
+// expires after RemovedRecordTTL; elsewhere (a bucket a server before
+// 2.11 made) it is deleted, and the marker stays for the window. Either
+// way a read finds no record, and a create of the key succeeds.
+func (w *Workspace) RemoveRecord(ctx context.Context, key string, rev uint64) error {
+	if w.removalsExpire {
+		return w.Records.Purge(ctx, key, jetstream.LastRevision(rev), jetstream.PurgeTTL(RemovedRecordTTL))
+	}
+	return w.Records.Delete(ctx, key, jetstream.LastRevision(rev))
 }
 
 // Replicas returns how many copies the store keeps of each stream and
@@ -388,7 +413,8 @@ func (s *Store) OpenWorkspace(ctx context.Context, workspace string, window, ret
 		Records: records.kv, RecordsBucket: records.bucket, RecordsStream: records.stream, RecordsSubjects: records.subjects,
 		RecordsLossWindow: records.lossWindow,
 		StreamLeader:      NewLeader(s.JS, StreamName(workspace)), RecordsLeader: records.leader,
-		Watch: s.Watch,
+		Watch:          s.Watch,
+		removalsExpire: records.stream.CachedInfo().Config.AllowMsgTTL,
 	}, nil
 }
 
@@ -497,6 +523,7 @@ func (s *Store) openRecords(ctx context.Context, workspace string, window time.D
 // bucket back and forth.
 func (s *Store) openRecordsBucket(ctx context.Context, bucket, description string, window time.Duration, durable, shared bool) (jetstream.KeyValue, jetstream.Stream, time.Duration, error) {
 	cfg := recordsStreamConfig(bucket, description, window, s.replicas)
+	cfg.AllowMsgTTL = s.messageTTLs()
 	if shared && s.sharedRecordsMaxBytes > 0 {
 		cfg.MaxBytes = s.sharedRecordsMaxBytes
 	}
@@ -512,6 +539,8 @@ func (s *Store) openRecordsBucket(ctx context.Context, bucket, description strin
 			return nil, err
 		}
 		cfg.PersistMode = existing.CachedInfo().Config.PersistMode
+		// Message TTLs, once allowed, cannot be disallowed.
+		cfg.AllowMsgTTL = cfg.AllowMsgTTL || existing.CachedInfo().Config.AllowMsgTTL
 		if shared {
 			have := existing.CachedInfo().Config
 			cfg.Replicas = max(cfg.Replicas, have.Replicas)
@@ -596,7 +625,20 @@ func sameStreamConfig(have, want jetstream.StreamConfig) bool {
 		have.AllowDirect == want.AllowDirect && have.AllowRollup == want.AllowRollup && have.DenyDelete == want.DenyDelete &&
 		norm(have.MaxMsgsPerSubject) == unlimited(want.MaxMsgsPerSubject) && norm(have.MaxBytes) == unlimited(want.MaxBytes) &&
 		int64(have.MaxMsgSize) == unlimited(int64(want.MaxMsgSize)) && norm(have.MaxMsgs) == unlimited(want.MaxMsgs) &&
-		int64(have.MaxConsumers) == unlimited(int64(want.MaxConsumers)) && have.PersistMode == want.PersistMode
+		int64(have.MaxConsumers) == unlimited(int64(want.MaxConsumers)) && have.PersistMode == want.PersistMode &&
+		have.AllowMsgTTL == want.AllowMsgTTL
+}
+
+// messageTTLs reports whether the server the store is connected to
+// allows per-message TTLs (nats-server 2.11 and newer): an older one
+// would not keep the setting, and every open would update its buckets
+// again.
+func (s *Store) messageTTLs() bool {
+	var major, minor int
+	if _, err := fmt.Sscanf(s.JS.Conn().ConnectedServerVersion(), "%d.%d", &major, &minor); err != nil {
+		return false
+	}
+	return major > 2 || major == 2 && minor >= 11
 }
 
 // recordsStreamConfig is the stream behind a records bucket: a key-value

@@ -160,6 +160,13 @@ func (kv *tracedKV) Delete(ctx context.Context, key string, opts ...jetstream.KV
 	return err
 }
 
+func (kv *tracedKV) Purge(ctx context.Context, key string, opts ...jetstream.KVDeleteOpt) error {
+	ctx, span := start(ctx, kv.tracer, "records purge", kv.bucket)
+	err := kv.KeyValue.Purge(ctx, key, opts...)
+	end(span, err)
+	return err
+}
+
 func (kv *tracedKV) Status(ctx context.Context) (jetstream.KeyValueStatus, error) {
 	ctx, span := start(ctx, kv.tracer, "records status", kv.bucket)
 	st, err := kv.KeyValue.Status(ctx)
