@@ -39,6 +39,12 @@ var (
 	quotaUsedDesc = prometheus.NewDesc("storybus_connection_daily_quota_used_messages",
 		"Messages accepted today (UTC) from a connection that has a daily quota, counted across every replica.",
 		[]string{"workspace", "connection"}, nil)
+	sharedRecordsBytesDesc = prometheus.NewDesc("storybus_shared_records_bytes",
+		"Bytes held by a records bucket the pooled workspaces share on the NATS cluster (storybus-records-<window>), as its stream counts them; every replica of every pool on the cluster reports the same bucket.",
+		[]string{"bucket"}, nil)
+	sharedRecordsMaxBytesDesc = prometheus.NewDesc("storybus_shared_records_max_bytes",
+		"The bound in force on a shared records bucket: the largest spec.sharedRecords.maxBytes any pool on the cluster asked for (docs/pools.md); absent while the bucket has none.",
+		[]string{"bucket"}, nil)
 	certExpiryDesc = prometheus.NewDesc("storybus_tls_certificate_expiry_timestamp_seconds",
 		"When the publish port's TLS certificate in use expires, in seconds since the Unix epoch; absent without TLS.", nil, nil)
 	workspaceCertExpiryDesc = prometheus.NewDesc("storybus_workspace_tls_certificate_expiry_timestamp_seconds",
@@ -55,7 +61,7 @@ type stateCollector struct{ s *Server }
 
 // Describe implements prometheus.Collector.
 func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{readyDesc, rejectedDesc, pendingDesc, ackPendingDesc, quotaDesc, quotaUsedDesc, workspaceCertExpiryDesc} {
+	for _, d := range []*prometheus.Desc{readyDesc, rejectedDesc, pendingDesc, ackPendingDesc, quotaDesc, quotaUsedDesc, workspaceCertExpiryDesc, sharedRecordsBytesDesc, sharedRecordsMaxBytesDesc} {
 		ch <- d
 	}
 }
@@ -78,6 +84,9 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 		for ws, notAfter := range s.opts.Hosts.NotAfter() {
 			ch <- prometheus.MustNewConstMetric(workspaceCertExpiryDesc, prometheus.GaugeValue, float64(notAfter.Unix()), ws)
 		}
+	}
+	if err := s.collectSharedRecords(ctx, ch); err != nil {
+		s.log.Warn("shared records metrics unavailable", "error", err)
 	}
 	workspaces := *s.workspaces.Load()
 	for _, id := range slices.Sorted(maps.Keys(workspaces)) {
@@ -111,6 +120,23 @@ func (s *Server) collectConsumers(ctx context.Context, ws *workspace, ch chan<- 
 		ch <- prometheus.MustNewConstMetric(ackPendingDesc, prometheus.GaugeValue, float64(info.NumAckPending), ws.id, info.Name, conn)
 	}
 	return list.Err()
+}
+
+// collectSharedRecords reports the use and the bound of each records
+// bucket the pooled workspaces share (a pool replica's store opens them):
+// what an alert compares before the bucket refuses new messages 507.
+func (s *Server) collectSharedRecords(ctx context.Context, ch chan<- prometheus.Metric) error {
+	if s.opts.Store == nil || !s.opts.Store.SharedBuckets() {
+		return nil
+	}
+	usage, err := s.opts.Store.SharedRecordsUsage(ctx)
+	for _, u := range usage {
+		ch <- prometheus.MustNewConstMetric(sharedRecordsBytesDesc, prometheus.GaugeValue, float64(u.Bytes), u.Bucket)
+		if u.MaxBytes > 0 {
+			ch <- prometheus.MustNewConstMetric(sharedRecordsMaxBytesDesc, prometheus.GaugeValue, float64(u.MaxBytes), u.Bucket)
+		}
+	}
+	return err
 }
 
 // collectQuotas reports the daily quota and today's use of every

@@ -140,7 +140,8 @@ func sharedRecordsBound(t *testing.T, url string, replicas int) {
 		t.Fatal(err)
 	}
 	storeClock := &aheadClock{}
-	r := startReplica(t, p, bus.Options{Store: st, StoreClock: storeClock, RequestTimeout: 5 * time.Second, Logger: slog.New(slog.DiscardHandler)}, "a")
+	metrics := bus.NewMetrics()
+	r := startReplica(t, p, bus.Options{Store: st, StoreClock: storeClock, Metrics: metrics, RequestTimeout: 5 * time.Second, Logger: slog.New(slog.DiscardHandler)}, "a")
 	w := workspace("brand")
 	putInForce(t, p, w, "a")
 	token, status := r.token(t, "brand")
@@ -221,6 +222,11 @@ func sharedRecordsBound(t *testing.T, url string, replicas int) {
 	if s, err := kv.Status(ctx); err != nil || s.Values() != uint64(len(accepted)) {
 		t.Fatalf("records: %v (%v), want the %d accepted", s, err, len(accepted))
 	}
+	// The replica reports the bucket's use and its bound, for an alert
+	// before it is full: here within a record of it.
+	if used, limit := sharedRecordsGauge(t, metrics, "storybus_shared_records_bytes", bucket), sharedRecordsGauge(t, metrics, "storybus_shared_records_max_bytes", bucket); limit != bound || used > limit || used < limit-600 {
+		t.Fatalf("metrics of the full bucket: %v bytes used, %v bound; want the bound of %d, used within a record of it", used, bound, bound)
+	}
 
 	// Another store asks for a larger bound: the bucket takes it, and new
 	// messages are accepted again. One that asks for none changes nothing.
@@ -237,6 +243,10 @@ func sharedRecordsBound(t *testing.T, url string, replicas int) {
 			t.Fatalf("after a store asked for %d: the bucket's bound is %d, want %d", asked, got, 1<<20)
 		}
 	}
+	// The bound in force is the raised one, whichever this replica asked for.
+	if got := sharedRecordsGauge(t, metrics, "storybus_shared_records_max_bytes", bucket); got != 1<<20 {
+		t.Fatalf("storybus_shared_records_max_bytes after the bound was raised: %v, want %d", got, 1<<20)
+	}
 	if a := r.post(t, "brand", token, snapshot(uuid.NewString())); a.status != http.StatusAccepted {
 		t.Fatalf("a new message once the bound is raised: %+v", a)
 	}
@@ -248,6 +258,29 @@ func sharedRecordsBound(t *testing.T, url string, replicas int) {
 	if n := topicMessages(); n != uint64(len(accepted))+1 {
 		t.Fatalf("the topic holds %d messages, %d were accepted", n, len(accepted)+1)
 	}
+}
+
+// sharedRecordsGauge reads a gauge of bucket from a replica's metrics;
+// -1 when there is none.
+func sharedRecordsGauge(t *testing.T, m *bus.Metrics, name, bucket string) float64 {
+	t.Helper()
+	families, err := m.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, s := range f.GetMetric() {
+			for _, l := range s.GetLabel() {
+				if l.GetName() == "bucket" && l.GetValue() == bucket {
+					return s.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	return -1
 }
 
 // aheadClock is the store's clock moved ahead by a duration: a test takes

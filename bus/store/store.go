@@ -12,6 +12,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -135,6 +136,44 @@ type Store struct {
 	sharedBuckets bool
 	// sharedRecordsMaxBytes: see Options.SharedRecordsMaxBytes.
 	sharedRecordsMaxBytes int64
+	// sharedRecords holds the names of the shared records buckets opened,
+	// for SharedRecordsUsage.
+	sharedRecords sync.Map
+}
+
+// BucketUsage is how much of a bucket is used, as its stream counts it.
+type BucketUsage struct {
+	Bucket string
+	// Bytes is what the bucket holds.
+	Bytes uint64
+	// MaxBytes is its bound in force, which may be another store's
+	// (Options.SharedRecordsMaxBytes); 0 when it has none.
+	MaxBytes int64
+}
+
+// SharedRecordsUsage reads the use and the bound in force of every shared
+// records bucket the store has opened, by name; a bucket removed since is
+// left out.
+func (s *Store) SharedRecordsUsage(ctx context.Context) ([]BucketUsage, error) {
+	var names []string
+	s.sharedRecords.Range(func(k, _ any) bool {
+		names = append(names, k.(string))
+		return true
+	})
+	slices.Sort(names)
+	usage := make([]BucketUsage, 0, len(names))
+	for _, name := range names {
+		stream, err := s.JS.Stream(ctx, "KV_"+name)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			continue
+		}
+		if err != nil {
+			return usage, err
+		}
+		info := stream.CachedInfo()
+		usage = append(usage, BucketUsage{Bucket: name, Bytes: info.State.Bytes, MaxBytes: max(info.Config.MaxBytes, 0)})
+	}
+	return usage, nil
 }
 
 // lossMargin widens the window of records a crash may have lost, for the
@@ -500,6 +539,7 @@ func (s *Store) openRecords(ctx context.Context, workspace string, window time.D
 			if err != nil {
 				return records{}, err
 			}
+			s.sharedRecords.Store(bucket, struct{}{})
 			return records{
 				kv: SharedKeys(kv, workspace), bucket: bucket, stream: stream,
 				subjects: "$KV." + bucket + "." + SharedKeyPrefix(workspace),

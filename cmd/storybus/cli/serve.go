@@ -124,7 +124,7 @@ func (o *ServeOptions) bind(cmd *cobra.Command) {
 	f.DurationVar(&o.RefusalHold, "refusal-hold", bus.DefaultRefusalHold, "how long at most a rate.limited, workspace.busy or policy.busy refusal is held, up to its Retry-After, before it is answered, so that a producer retrying at once spins no faster than its share (0: answer at once)")
 	f.StringVar(&o.Pool, "pool", "", "serve the workspaces of this bus pool, from its buckets on the --nats-url cluster, as they are put there (docs/pools.md)")
 	f.StringVar(&o.PoolReplica, "pool-replica", "", "this replica's name in the pool's status bucket (default: the host name)")
-	f.StringVar(&o.SharedRecordsMaxBytes, "shared-records-max-bytes", "", "with --pool, the most each records bucket the pooled workspaces share holds, in bytes or as a Kubernetes quantity (10Gi); past it new messages are refused 507 workspace.storage_full. A bucket keeps the largest bound asked for (docs/pools.md); empty asks for none")
+	f.StringVar(&o.SharedRecordsMaxBytes, "shared-records-max-bytes", "", "with --pool, the most each records bucket the pooled workspaces share holds, in bytes or as a Kubernetes quantity (10Gi), from 1Mi to 1Pi; past it new messages are refused 507 workspace.storage_full. A bucket keeps the largest bound asked for (docs/pools.md); empty asks for none")
 	f.DurationVar(&o.DrainPeriod, "drain-period", DefaultDrainPeriod, "on SIGTERM, how long the bus goes on answering, with /readyz failing, so that load balancers stop sending it requests before it stops listening (0: stop at once)")
 	f.IntVar(&o.RequestConcurrency, "request-concurrency", bus.DefaultRequestConcurrency, "publish requests of one workspace past authentication at once, for workspaces whose configuration sets no requestConcurrency; past it 503 workspace.busy")
 	f.BoolVar(&o.AccessLog, "access-log", true, "log one line per request on the publish port (--access-log=false turns it off)")
@@ -270,8 +270,8 @@ func sharedRecordsBound(o ServeOptions) (int64, error) {
 		return 0, errors.New("--shared-records-max-bytes needs --pool: only a pool's workspaces share records buckets")
 	}
 	q, err := resource.ParseQuantity(o.SharedRecordsMaxBytes)
-	if err != nil || q.Value() < 1<<20 {
-		return 0, fmt.Errorf("--shared-records-max-bytes %q: want bytes or a quantity such as 10Gi, at least 1Mi", o.SharedRecordsMaxBytes)
+	if err != nil || q.Value() < 1<<20 || q.Value() > 1<<50 {
+		return 0, fmt.Errorf("--shared-records-max-bytes %q: want bytes or a quantity such as 10Gi, from 1Mi to 1Pi (as a BusPool's spec.sharedRecords.maxBytes)", o.SharedRecordsMaxBytes)
 	}
 	return q.Value(), nil
 }

@@ -3,7 +3,7 @@ package cli
 import "testing"
 
 // TestSharedRecordsBoundFlag: --shared-records-max-bytes takes bytes or a
-// quantity of at least 1Mi, and only with --pool; unset asks for none.
+// quantity from 1Mi to 1Pi (as the BusPool field), and only with --pool; unset asks for none.
 func TestSharedRecordsBoundFlag(t *testing.T) {
 	for _, tc := range []struct {
 		pool, bound string
@@ -14,6 +14,8 @@ func TestSharedRecordsBoundFlag(t *testing.T) {
 		{pool: "ns_shared", bound: "2Gi", want: 2 << 30},
 		{pool: "ns_shared", bound: "1048576", want: 1 << 20},
 		{pool: "ns_shared", bound: "512Ki", refused: true},
+		{pool: "ns_shared", bound: "1Pi", want: 1 << 50},
+		{pool: "ns_shared", bound: "2Pi", refused: true},
 		{pool: "ns_shared", bound: "lots", refused: true},
 		{pool: "", bound: "2Gi", refused: true},
 	} {
