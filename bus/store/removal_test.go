@@ -1,0 +1,89 @@
+package store_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/storybus/storybus/bus/store"
+)
+
+// TestRemovedRecordLeavesNoMarker: a records bucket allows message TTLs,
+// also one a bus before them made (its stream is updated when the
+// workspace is opened), and a removed record leaves a marker that expires
+// after store.RemovedRecordTTL, not one that stays for the window: the
+// bucket holds nothing for it then, and the key can be created again. A
+// removal guarded by a revision that is not the record's is
+// refused and removes nothing.
+func TestRemovedRecordLeavesNoMarker(t *testing.T) {
+	ns, err := store.StartEmbedded(store.EmbeddedOptions{DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	st, err := store.Connect(store.Options{Embedded: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	ctx := context.Background()
+	window := 7 * 24 * time.Hour
+	if _, err := st.OpenWorkspace(ctx, "newsroom", window, 0); err != nil {
+		t.Fatal(err)
+	}
+	records := "KV_" + store.RecordsBucket("newsroom")
+	stream := func() *jetstream.StreamInfo {
+		t.Helper()
+		s, err := st.JS.Stream(ctx, records)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.CachedInfo()
+	}
+	// The bucket as a bus before message TTLs made it.
+	old := stream().Config
+	if !old.AllowMsgTTL {
+		t.Fatal("a new records bucket does not allow message TTLs")
+	}
+	if err := st.JS.DeleteStream(ctx, records); err != nil {
+		t.Fatal(err)
+	}
+	old.AllowMsgTTL = false
+	if _, err := st.JS.CreateStream(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	ws, err := st.OpenWorkspace(ctx, "newsroom", window, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !stream().Config.AllowMsgTTL {
+		t.Fatal("opening the workspace left its older records bucket without message TTLs")
+	}
+
+	rev, err := ws.Records.Create(ctx, "message-1", []byte(`{"h":"x","s":"recorded"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ws.RemoveRecord(ctx, "message-1", rev+1); err == nil {
+		t.Fatal("a removal guarded by another revision succeeded")
+	}
+	if _, err := ws.Records.Get(ctx, "message-1"); err != nil {
+		t.Fatalf("the record after a refused removal: %v", err)
+	}
+	if err := ws.RemoveRecord(ctx, "message-1", rev); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ws.Records.Get(ctx, "message-1"); !store.IsMissing(err) {
+		t.Fatalf("a removed record is read: %v", err)
+	}
+	for deadline := time.Now().Add(20 * time.Second); stream().State.Msgs != 0; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the bucket holds %d messages 20 s after its only record was removed: the marker stays", stream().State.Msgs)
+		}
+	}
+	if _, err := ws.Records.Create(ctx, "message-1", []byte(`{"h":"x","s":"recorded"}`)); err != nil {
+		t.Fatalf("a key removed cannot be created again: %v", err)
+	}
+}
