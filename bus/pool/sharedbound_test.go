@@ -2,9 +2,11 @@ package pool_test
 
 import (
 	"context"
+	"encoding/hex"
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,6 +18,7 @@ import (
 	"github.com/storybus/storybus/bus"
 	"github.com/storybus/storybus/bus/pool"
 	"github.com/storybus/storybus/bus/publish"
+	"github.com/storybus/storybus/bus/som"
 	"github.com/storybus/storybus/bus/store"
 	"github.com/storybus/storybus/internal/storetest"
 	"github.com/storybus/storybus/rules"
@@ -30,16 +33,8 @@ import (
 // whatever the number of messages. The records of the refused messages
 // are removed, and their markers expire within seconds.
 func TestAFullTopicBoundsItsSharedRecords(t *testing.T) {
-	st, err := store.Connect(store.Options{URL: storetest.Listening(t).ClientURL(), SharedBuckets: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
+	st, p := openPool(t, store.Options{URL: storetest.Listening(t).ClientURL(), SharedBuckets: true}, "shared")
 	ctx := context.Background()
-	p, err := pool.Open(ctx, st.JS, "shared", 1)
-	if err != nil {
-		t.Fatal(err)
-	}
 	r := startReplica(t, p, bus.Options{Store: st, RequestTimeout: 5 * time.Second, Logger: slog.New(slog.DiscardHandler)}, "a")
 	w := workspace("brand")
 	w.Topic.MaxMessages = 3
@@ -129,16 +124,8 @@ func TestSharedRecordsBound(t *testing.T) {
 
 func sharedRecordsBound(t *testing.T, url string, replicas int) {
 	const bound = 8 << 10 // a few dozen records
-	st, err := store.Connect(store.Options{URL: url, Replicas: replicas, SharedBuckets: true, SharedRecordsMaxBytes: bound})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
+	st, p := openPool(t, store.Options{URL: url, Replicas: replicas, SharedBuckets: true, SharedRecordsMaxBytes: bound}, "bounded")
 	ctx := context.Background()
-	p, err := pool.Open(ctx, st.JS, "bounded", replicas)
-	if err != nil {
-		t.Fatal(err)
-	}
 	storeClock := &aheadClock{}
 	metrics := bus.NewMetrics()
 	r := startReplica(t, p, bus.Options{Store: st, StoreClock: storeClock, Metrics: metrics, RequestTimeout: 5 * time.Second, Logger: slog.New(slog.DiscardHandler)}, "a")
@@ -260,6 +247,22 @@ func sharedRecordsBound(t *testing.T, url string, replicas int) {
 	}
 }
 
+// openPool connects a store with o and opens pool name on it, with the
+// store's replicas.
+func openPool(t *testing.T, o store.Options, name string) (*store.Store, *pool.Pool) {
+	t.Helper()
+	st, err := store.Connect(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	p, err := pool.Open(context.Background(), st.JS, name, max(o.Replicas, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st, p
+}
+
 // sharedRecordsGauge reads a gauge of bucket from a replica's metrics;
 // -1 when there is none.
 func sharedRecordsGauge(t *testing.T, m *bus.Metrics, name, bucket string) float64 {
@@ -289,4 +292,87 @@ type aheadClock struct{ ahead atomic.Int64 }
 
 func (c *aheadClock) StoreNow(context.Context) (time.Time, error) {
 	return time.Now().Add(time.Duration(c.ahead.Load())), nil
+}
+
+// TestRetriesAtOnceAtTheBound: an event recorded and never published (its
+// attempt stopped after the record), the shared bucket then full, and
+// eight retries of it at once past the lease, three times over, on a
+// three-node cluster. None can take the record over, so each publishes
+// under it; the replicated topic lets one through and answers the others
+// at once that the same message id is in process. Every answer is 202
+// (one, at most), 200 duplicate or 503 message.in_flight, never a failure
+// that says the message was not published; the topic holds it once.
+func TestRetriesAtOnceAtTheBound(t *testing.T) {
+	url := storetest.StartCluster(t, storetest.NATSServer(t, "../.."), 3).URL()
+	st, p := openPool(t, store.Options{URL: url, Replicas: 3, SharedBuckets: true, SharedRecordsMaxBytes: 8 << 10}, "bounded")
+	ctx := context.Background()
+	storeClock := &aheadClock{}
+	r := startReplica(t, p, bus.Options{Store: st, StoreClock: storeClock, RequestTimeout: 5 * time.Second, Logger: slog.New(slog.DiscardHandler)}, "a")
+	w := workspace("brand")
+	w.Connections[0].Limits = &v1alpha1.Limits{RatePerSecond: 1000, Burst: 1000, DailyQuota: 100000}
+	putInForce(t, p, w, "a")
+	token, status := r.token(t, "brand")
+	if status != http.StatusOK {
+		t.Fatalf("token: %d", status)
+	}
+
+	// The record an attempt that stopped after recording leaves.
+	id := uuid.NewString()
+	msg, err := som.Parse([]byte(storyEvent(id)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, err := msg.ContentHash()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := st.JS.KeyValue(ctx, store.SharedRecordsBucket(w.IdempotencyWindow.Duration))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Create(ctx, store.SharedKeyPrefix("brand")+store.EncodeToken(id), []byte(`{"h":"`+hex.EncodeToString(sum[:])+`","s":"recorded"}`)); err != nil {
+		t.Fatal(err)
+	}
+	accepted := 0
+	for refused, try := 0, 0; refused < 3; try++ {
+		if try == 1000 {
+			t.Fatal("the bucket of 8 KiB is not full after 1,000 messages")
+		}
+		if a := r.post(t, "brand", token, storyEvent(uuid.NewString())); a.status == http.StatusAccepted {
+			accepted++
+			refused = 0
+		} else {
+			refused++
+		}
+	}
+
+	storeClock.ahead.Store(int64(publish.Lease))
+	published := 0
+	for round := range 3 {
+		answers := make([]answer, 8)
+		var wg sync.WaitGroup
+		for i := range answers {
+			wg.Go(func() { answers[i] = r.post(t, "brand", token, storyEvent(id)) })
+		}
+		wg.Wait()
+		for _, a := range answers {
+			switch {
+			case a.status == http.StatusAccepted:
+				published++
+			case a.status == http.StatusOK, a.status == http.StatusServiceUnavailable && a.rule == rules.MessageInFlight:
+			default:
+				t.Errorf("round %d: a retry answered %+v, want 202, 200 or 503 %s", round, a, rules.MessageInFlight)
+			}
+		}
+	}
+	if published > 1 {
+		t.Errorf("%d retries answered 202", published)
+	}
+	topic, err := st.JS.Stream(ctx, store.StreamName("brand"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := topic.CachedInfo().State.Msgs; n != uint64(accepted)+1 {
+		t.Fatalf("the topic holds %d messages; %d were accepted before, and the retried one once", n, accepted)
+	}
 }

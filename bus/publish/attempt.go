@@ -335,6 +335,11 @@ func (a *attempt) publishFailed(ctx context.Context, err error) Outcome {
 		a.remove(ctx)
 		return a.topicFull(ctx, err)
 	}
+	if store.IsPublishInProcess(err) {
+		// Another retry is publishing the same message id: the record
+		// stays, and the next retry finds what it did.
+		return retryLater(rules.MessageInFlight, "another retry of this message is publishing it", time.Second)
+	}
 	a.c.log.WarnContext(ctx, "publish failed", "workspace", a.c.ws.ID, "messageID", a.msg.MessageID, "error", err)
 	if !store.MayHaveLanded(err) {
 		a.remove(ctx)
@@ -452,12 +457,13 @@ func (a *attempt) takeoverRefused(ctx context.Context, read jetstream.KeyValueEn
 // bound, refused. On a replicated bucket the bound is checked before any
 // write, so it also refuses the mark of the messages accepted last before
 // it was full: such a record stays "recorded" although its message was
-// published. The record stays as it is. A snapshot was not found on its
-// story (existing): it is superseded, or refused like a new message. An
-// event may be on the topic: it is published again under the record read,
+// published. A snapshot was not found on its story (existing): it is
+// superseded, or refused like a new message. An event may be on the
+// topic: it is published again under the record read, without owning it,
 // and the topic's duplicate window on Nats-Msg-Id answers a duplicate if
 // it was, as a republication after a lost mark does (docs/publish-core.md,
-// "Failures").
+// "Failures"); its mark is then tried again, guarded by the revision
+// read.
 func (a *attempt) takeoverFull(ctx context.Context, entry jetstream.KeyValueEntry, err error) Outcome {
 	a.rev = entry.Revision()
 	if a.snapshot {
@@ -470,6 +476,11 @@ func (a *attempt) takeoverFull(ctx context.Context, entry jetstream.KeyValueEntr
 	switch {
 	case store.IsFull(err):
 		return a.topicFull(ctx, err)
+	case store.IsPublishInProcess(err):
+		// Retries taking the same record over at the bound publish at
+		// once: a replicated topic lets one through and answers the
+		// others so; the next retry is a duplicate.
+		return retryLater(rules.MessageInFlight, "another retry of this message is publishing it", time.Second)
 	case err != nil:
 		// The record read is left to the attempt it belongs to: this
 		// one did not take it over.

@@ -71,10 +71,28 @@ func Classify(err error) ErrorKind {
 		return KindConflict
 	case errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) || errors.Is(err, jetstream.ErrMsgNotFound):
 		return KindMissing
+	case IsPublishInProcess(err):
+		// The store's answer, but not that nothing was written: the
+		// publish in process with the same message id may land.
+		return KindMayHaveLanded
 	case notWritten(err):
 		return KindDefiniteFailure
 	}
 	return KindMayHaveLanded
+}
+
+// jsErrCodeDuplicateInProcess is nats-server's
+// JSStreamDuplicateMessageConflict (10158): a replicated stream refused a
+// message because another with the same Nats-Msg-Id is being proposed
+// and not yet stored. nats.go names no constant for it.
+const jsErrCodeDuplicateInProcess jetstream.ErrorCode = 10158
+
+// IsPublishInProcess reports a publish a replicated stream refused
+// because another publish of the same message id is in process: that one
+// may land, so the message may be on the stream once it has.
+func IsPublishInProcess(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrCodeDuplicateInProcess
 }
 
 // notWritten reports a failure known to have written nothing.

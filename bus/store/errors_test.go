@@ -42,6 +42,7 @@ func TestClassify(t *testing.T) {
 		{"invalid message, not sent", nats.ErrInvalidMsg, store.KindDefiniteFailure},
 		{"over the largest payload, not sent", nats.ErrMaxPayload, store.KindDefiniteFailure},
 		{"marked not written", errors.Join(store.ErrNotWritten, errors.New("injected")), store.KindDefiniteFailure},
+		{"the same message id in process (a replicated stream's answer)", apiErr(10158), store.KindMayHaveLanded},
 		{"timeout", nats.ErrTimeout, store.KindMayHaveLanded},
 		{"deadline", context.DeadlineExceeded, store.KindMayHaveLanded},
 		{"canceled", context.Canceled, store.KindMayHaveLanded},
