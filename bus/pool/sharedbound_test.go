@@ -301,7 +301,8 @@ func (c *aheadClock) StoreNow(context.Context) (time.Time, error) {
 // under it; the replicated topic lets one through and answers the others
 // at once that the same message id is in process. Every answer is 202
 // (one, at most), 200 duplicate or 503 message.in_flight, never a failure
-// that says the message was not published; the topic holds it once.
+// that says the message was not published; the topic holds it once. A
+// snapshot recorded and never published is refused 507, as new.
 func TestRetriesAtOnceAtTheBound(t *testing.T) {
 	url := storetest.StartCluster(t, storetest.NATSServer(t, "../.."), 3).URL()
 	st, p := openPool(t, store.Options{URL: url, Replicas: 3, SharedBuckets: true, SharedRecordsMaxBytes: 8 << 10}, "bounded")
@@ -318,21 +319,29 @@ func TestRetriesAtOnceAtTheBound(t *testing.T) {
 
 	// The record an attempt that stopped after recording leaves.
 	id := uuid.NewString()
-	msg, err := som.Parse([]byte(storyEvent(id)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum, err := msg.ContentHash()
-	if err != nil {
-		t.Fatal(err)
-	}
 	kv, err := st.JS.KeyValue(ctx, store.SharedRecordsBucket(w.IdempotencyWindow.Duration))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := kv.Create(ctx, store.SharedKeyPrefix("brand")+store.EncodeToken(id), []byte(`{"h":"`+hex.EncodeToString(sum[:])+`","s":"recorded"}`)); err != nil {
-		t.Fatal(err)
+	record := func(body string, after string) string {
+		t.Helper()
+		msg, err := som.Parse([]byte(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum, err := msg.ContentHash()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := kv.Create(ctx, store.SharedKeyPrefix("brand")+store.EncodeToken(msg.MessageID), []byte(`{"h":"`+hex.EncodeToString(sum[:])+`","s":"recorded"`+after+`}`)); err != nil {
+			t.Fatal(err)
+		}
+		return msg.MessageID
 	}
+	record(storyEvent(id), "")
+	// A snapshot of a new story, recorded likewise and never published.
+	snap := snapshot(uuid.NewString())
+	record(snap, `,"e":0`)
 	accepted := 0
 	for refused, try := 0, 0; refused < 3; try++ {
 		if try == 1000 {
@@ -374,5 +383,15 @@ func TestRetriesAtOnceAtTheBound(t *testing.T) {
 	}
 	if n := topic.CachedInfo().State.Msgs; n != uint64(accepted)+1 {
 		t.Fatalf("the topic holds %d messages; %d were accepted before, and the retried one once", n, accepted)
+	}
+	// The snapshot is not on its story, and its record cannot be taken
+	// over: it is refused like a new message, and nothing is published.
+	if a := r.post(t, "brand", token, snap); a.status != http.StatusInsufficientStorage || a.rule != rules.WorkspaceStorageFull {
+		t.Fatalf("a retry past its lease of a snapshot recorded and never published, at the bound: %+v, want 507 %s", a, rules.WorkspaceStorageFull)
+	}
+	if topic, err = st.JS.Stream(ctx, store.StreamName("brand")); err != nil {
+		t.Fatal(err)
+	} else if n := topic.CachedInfo().State.Msgs; n != uint64(accepted)+1 {
+		t.Fatalf("the topic holds %d messages after the snapshot's retry, want %d", n, accepted+1)
 	}
 }
