@@ -81,7 +81,7 @@ func startClusterOnce(ctx context.Context, o Options) (_ *localCluster, err erro
 	for range o.Cluster {
 		var p ports
 		for _, addr := range []*string{&p.client, &p.route, &p.monitor} {
-			if *addr, err = freeAddr(); err != nil {
+			if *addr, err = pickAddr(); err != nil {
 				return nil, err
 			}
 		}
@@ -130,13 +130,21 @@ func (c *localCluster) waitReady(ctx context.Context, o Options) error {
 	ctx, cancel := context.WithTimeout(ctx, clusterReadyWithin)
 	defer cancel()
 	hc := &http.Client{Timeout: 2 * time.Second}
-	ready := func() error {
+	// A node that lost its port to another process exits at once, while
+	// its peers wait for it without a meta leader: an exit is final, and
+	// the caller starts the cluster again on other ports.
+	exited := func() error {
 		for _, node := range c.nodes {
 			select {
 			case <-node.done:
 				return fmt.Errorf("nats-server %s exited: %s", node.name, node.logs.String())
 			default:
 			}
+		}
+		return nil
+	}
+	ready := func() error {
+		for _, node := range c.nodes {
 			res, err := hc.Get("http://" + node.monitor + "/healthz")
 			if err != nil {
 				return fmt.Errorf("nats-server %s: %w", node.name, err)
@@ -157,6 +165,9 @@ func (c *localCluster) waitReady(ctx context.Context, o Options) error {
 		return st.Ping(pctx)
 	}
 	for {
+		if err := exited(); err != nil {
+			return err
+		}
 		err := ready()
 		if err == nil {
 			return nil
@@ -187,6 +198,10 @@ func (c *localCluster) stop() {
 		_ = os.RemoveAll(c.dir)
 	}
 }
+
+// pickAddr picks each node's ports; a test replaces it to hand out a
+// port that is taken.
+var pickAddr = freeAddr
 
 // freeAddr returns a loopback host:port free a moment ago.
 func freeAddr() (string, error) {

@@ -1,9 +1,10 @@
 package storetest
 
 import (
-	"net"
 	"testing"
 	"time"
+
+	"github.com/storybus/storybus/internal/testutil"
 )
 
 // TestStartClusterPicksOtherPortsWhenOneIsTaken gives a node a client
@@ -15,28 +16,20 @@ import (
 func TestStartClusterPicksOtherPortsWhenOneIsTaken(t *testing.T) {
 	for name, taken := range map[string]int{"the first node's": 1, "the second node's": 4} {
 		t.Run(name, func(t *testing.T) {
-			held, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer held.Close()
-			picks := 0
-			pickAddr = func(t testing.TB) string {
-				picks++
-				if picks == taken {
-					return held.Addr().String()
-				}
-				return freeAddr(t)
+			addrs := testutil.NewTakenAddr(t, taken, func() (string, error) { return freeAddr(t), nil })
+			pickAddr = func(testing.TB) string {
+				addr, _ := addrs.Pick()
+				return addr
 			}
 			defer func() { pickAddr = freeAddr }()
 
 			start := time.Now()
 			c := StartCluster(t, NATSServer(t, "../.."), 3)
-			if picks < 12 {
-				t.Fatalf("the ports were picked %d times: the cluster was not started again", picks)
+			if addrs.Picks < 12 {
+				t.Fatalf("the ports were picked %d times: the cluster was not started again", addrs.Picks)
 			}
 			for _, u := range c.URLs() {
-				if u == "nats://"+held.Addr().String() {
+				if u == "nats://"+addrs.Held {
 					t.Fatalf("a node serves on the taken port %s", u)
 				}
 			}
