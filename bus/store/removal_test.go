@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/storybus/storybus/bus/store"
+	"github.com/storybus/storybus/internal/storetest"
 )
 
 // TestRemovedRecordLeavesNoMarker: a records bucket allows message TTLs,
@@ -18,16 +19,7 @@ import (
 // removal guarded by a revision that is not the record's is
 // refused and removes nothing.
 func TestRemovedRecordLeavesNoMarker(t *testing.T) {
-	ns, err := store.StartEmbedded(store.EmbeddedOptions{DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	st, err := store.Connect(store.Options{Embedded: ns})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
+	_, st := storetest.Embedded(t)
 	ctx := context.Background()
 	window := 7 * 24 * time.Hour
 	if _, err := st.OpenWorkspace(ctx, "newsroom", window, 0); err != nil {
