@@ -79,3 +79,50 @@ func TestRemovedRecordLeavesNoMarker(t *testing.T) {
 		t.Fatalf("a key removed cannot be created again: %v", err)
 	}
 }
+
+// TestRemovalOnAnOlderServer: a server before 2.11 does not allow message
+// TTLs, so the store does not ask for them, and a removal there is a
+// delete guarded by the record's revision: its marker stays in the bucket
+// (for the window), a read finds no record, and the key can be created
+// again.
+func TestRemovalOnAnOlderServer(t *testing.T) {
+	for version, want := range map[string]bool{
+		"2.10.22": false, "2.9.0": false, "1.4.1": false, "": false, "unknown": false,
+		"2.11.0": true, "2.12.3": true, "2.12.0-RC.1": true, "3.0.0": true,
+	} {
+		if got := store.AllowsMessageTTLs(version); got != want {
+			t.Errorf("nats-server %q allows message TTLs: %v, want %v", version, got, want)
+		}
+	}
+
+	_, st := storetest.Embedded(t)
+	ctx := context.Background()
+	ws, err := st.OpenWorkspace(ctx, "newsroom", 7*24*time.Hour, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws.WithoutExpiringRemovals()
+	rev, err := ws.Records.Create(ctx, "message-1", []byte(`{"h":"x","s":"recorded"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ws.RemoveRecord(ctx, "message-1", rev+1); err == nil {
+		t.Fatal("a removal guarded by another revision succeeded")
+	}
+	if err := ws.RemoveRecord(ctx, "message-1", rev); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ws.Records.Get(ctx, "message-1"); !store.IsMissing(err) {
+		t.Fatalf("a removed record is read: %v", err)
+	}
+	history, err := ws.Records.History(ctx, "message-1")
+	if err != nil {
+		t.Fatalf("the removal's marker: %v", err)
+	}
+	if last := history[len(history)-1]; last.Operation() != jetstream.KeyValueDelete {
+		t.Fatalf("the removal's marker is a %v, want a delete: a purge with a TTL the bucket does not allow is refused", last.Operation())
+	}
+	if _, err := ws.Records.Create(ctx, "message-1", []byte(`{"h":"x","s":"recorded"}`)); err != nil {
+		t.Fatalf("a key removed cannot be created again: %v", err)
+	}
+}

@@ -674,8 +674,15 @@ func sameStreamConfig(have, want jetstream.StreamConfig) bool {
 // would not keep the setting, and every open would update its buckets
 // again.
 func (s *Store) messageTTLs() bool {
+	return allowsMessageTTLs(s.JS.Conn().ConnectedServerVersion())
+}
+
+// allowsMessageTTLs reports whether a nats-server of the version given
+// ("2.11.4", "2.12.0-RC.1") allows per-message TTLs: 2.11 and newer. A
+// version it cannot read is taken as older.
+func allowsMessageTTLs(version string) bool {
 	var major, minor int
-	if _, err := fmt.Sscanf(s.JS.Conn().ConnectedServerVersion(), "%d.%d", &major, &minor); err != nil {
+	if _, err := fmt.Sscanf(version, "%d.%d", &major, &minor); err != nil {
 		return false
 	}
 	return major > 2 || major == 2 && minor >= 11
