@@ -55,8 +55,9 @@ import (
 // size: 4 Tenants, then 3 onboarded one at a time. STORYBUS_SCALE=full (make scale-pool) runs 1,000 Tenants, then
 // 100 onboarded; STORYBUS_POOL_TENANTS=N and STORYBUS_POOL_ONBOARD=N set
 // other sizes, STORYBUS_POOL_STREAM_REPLICAS the pool's stream replicas
-// (3 by default), STORYBUS_SCALE_PROFILE=dir takes the operator's CPU
-// profiles while the bulk converges. Run with -v for the figures
+// (3 by default), STORYBUS_SCALE_WORKERS=N the operator's
+// --max-concurrent-reconciles, STORYBUS_SCALE_PROFILE=dir takes the
+// operator's CPU profiles while the bulk converges. Run with -v for the figures
 // docs/pools.md records; the
 // targets (all Ready within 60 s of the last create, onboarding, a
 // rotation and a removal in force on every replica within 2 s) are
@@ -163,6 +164,10 @@ func TestPoolAtScale(t *testing.T) {
 	}
 	if pprofAddr != "" {
 		args = append(args, "--pprof-bind-address", pprofAddr)
+	}
+	// STORYBUS_SCALE_WORKERS as in TestOperatorAtScale.
+	if n := os.Getenv("STORYBUS_SCALE_WORKERS"); n != "" {
+		args = append(args, "--max-concurrent-reconciles", n)
 	}
 	operator := exec.Command(binary, args...)
 	operator.Env = testutil.RaceEnv()

@@ -164,8 +164,11 @@ func (o *OperatorOptions) busEnv() ([]corev1.EnvVar, error) {
 }
 
 // DefaultMaxConcurrentReconciles is --max-concurrent-reconciles' default,
-// chosen by measurement (docs/performance.md, "Operator at scale").
-const DefaultMaxConcurrentReconciles = 4
+// chosen by measurement (docs/performance.md, "Operator at scale" and
+// "Eight workers: the operator keeps pace with a bulk"): a reconcile waits
+// mostly on the API server or the NATS cluster, and with four a bulk of
+// Tenants queued behind its creates.
+const DefaultMaxConcurrentReconciles = 8
 
 // Default requests of bus containers whose Tenant sets no spec.resources:
 // what one bus with embedded JetStream uses at rest, so that the scheduler
