@@ -20,8 +20,10 @@ import (
 // the topic then refuses its publication, the leader's head shows it only
 // behind, and its record is rewritten to name the head it now follows. A
 // shared records bucket that filled up in between refuses that rewrite
-// (on one server, a key may replace itself at the bound only with a value
-// no larger, and the new head's sequence has a digit more). The snapshot
+// (on one server, a key may replace itself at the bound only with a
+// message no larger, headers included: an update keeps the revision it
+// expected in a header where the create kept "0", and here the record
+// also names a head with a digit more). The snapshot
 // is refused 507 workspace.storage_full, nothing is published for it,
 // and its record is removed, so that a retry is checked as new.
 func TestARenameRefusedAtTheBound(t *testing.T) {

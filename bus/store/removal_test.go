@@ -109,6 +109,9 @@ func TestRemovalOnAnOlderServer(t *testing.T) {
 	if err := ws.RemoveRecord(ctx, "message-1", rev+1); err == nil {
 		t.Fatal("a removal guarded by another revision succeeded")
 	}
+	if _, err := ws.Records.Get(ctx, "message-1"); err != nil {
+		t.Fatalf("the record after a refused removal: %v", err)
+	}
 	if err := ws.RemoveRecord(ctx, "message-1", rev); err != nil {
 		t.Fatal(err)
 	}
