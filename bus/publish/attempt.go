@@ -237,7 +237,7 @@ func (a *attempt) rename(ctx context.Context) (Outcome, bool) {
 	rev, err := a.c.ws.Records.Update(cctx, a.key, a.recordValue(), a.rev)
 	cancel()
 	if store.IsConflict(err) {
-		return retryLater(rules.MessageInFlight, "another retry of this message is publishing it", time.Second), false
+		return anotherRetryPublishing(), false
 	}
 	if store.IsFull(err) {
 		// Nothing is published yet: the record goes (when the bucket
@@ -338,7 +338,7 @@ func (a *attempt) publishFailed(ctx context.Context, err error) Outcome {
 	if store.IsPublishInProcess(err) {
 		// Another retry is publishing the same message id: the record
 		// stays, and the next retry finds what it did.
-		return retryLater(rules.MessageInFlight, "another retry of this message is publishing it", time.Second)
+		return anotherRetryPublishing()
 	}
 	a.c.log.WarnContext(ctx, "publish failed", "workspace", a.c.ws.ID, "messageID", a.msg.MessageID, "error", err)
 	if !store.MayHaveLanded(err) {
@@ -434,6 +434,13 @@ func (a *attempt) existing(ctx context.Context, entry jetstream.KeyValueEntry) O
 	return a.commit(ctx, true)
 }
 
+// anotherRetryPublishing answers a retry that found another retry of
+// the same message publishing it: 503 message.in_flight, to be retried in
+// a second, when the other's outcome decides it.
+func anotherRetryPublishing() Outcome {
+	return retryLater(rules.MessageInFlight, "another retry of this message is publishing it", time.Second)
+}
+
 // takeoverRefused answers a takeover of the record read that the records
 // bucket refused: another retry took the record over, or the record read
 // was a replica's, behind the bucket's leader. The leader's record, when it
@@ -450,7 +457,7 @@ func (a *attempt) takeoverRefused(ctx context.Context, read jetstream.KeyValueEn
 			return a.existing(ctx, entry)
 		}
 	}
-	return retryLater(rules.MessageInFlight, "another retry of this message is publishing it", time.Second)
+	return anotherRetryPublishing()
 }
 
 // takeoverFull answers a retry whose takeover the records bucket, at its
@@ -480,7 +487,7 @@ func (a *attempt) takeoverFull(ctx context.Context, entry jetstream.KeyValueEntr
 		// Retries taking the same record over at the bound publish at
 		// once: a replicated topic lets one through and answers the
 		// others so; the next retry is a duplicate.
-		return retryLater(rules.MessageInFlight, "another retry of this message is publishing it", time.Second)
+		return anotherRetryPublishing()
 	case err != nil:
 		// The record read is left to the attempt it belongs to: this
 		// one did not take it over.

@@ -54,22 +54,7 @@ func TestRemovedRecordLeavesNoMarker(t *testing.T) {
 		t.Fatal("opening the workspace left its older records bucket without message TTLs")
 	}
 
-	rev, err := ws.Records.Create(ctx, "message-1", []byte(`{"h":"x","s":"recorded"}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ws.RemoveRecord(ctx, "message-1", rev+1); err == nil {
-		t.Fatal("a removal guarded by another revision succeeded")
-	}
-	if _, err := ws.Records.Get(ctx, "message-1"); err != nil {
-		t.Fatalf("the record after a refused removal: %v", err)
-	}
-	if err := ws.RemoveRecord(ctx, "message-1", rev); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ws.Records.Get(ctx, "message-1"); !store.IsMissing(err) {
-		t.Fatalf("a removed record is read: %v", err)
-	}
+	recordAndRemove(t, ws)
 	for deadline := time.Now().Add(20 * time.Second); stream().State.Msgs != 0; time.Sleep(100 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the bucket holds %d messages 20 s after its only record was removed: the marker stays", stream().State.Msgs)
@@ -102,6 +87,25 @@ func TestRemovalOnAnOlderServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	ws.WithoutExpiringRemovals()
+	recordAndRemove(t, ws)
+	history, err := ws.Records.History(ctx, "message-1")
+	if err != nil {
+		t.Fatalf("the removal's marker: %v", err)
+	}
+	if last := history[len(history)-1]; last.Operation() != jetstream.KeyValueDelete {
+		t.Fatalf("the removal's marker is a %v, want a delete: a purge with a TTL the bucket does not allow is refused", last.Operation())
+	}
+	if _, err := ws.Records.Create(ctx, "message-1", []byte(`{"h":"x","s":"recorded"}`)); err != nil {
+		t.Fatalf("a key removed cannot be created again: %v", err)
+	}
+}
+
+// recordAndRemove writes the record "message-1" in ws, checks that a
+// removal guarded by another revision is refused and leaves it, then
+// removes it, guarded by its revision, and checks that it reads as gone.
+func recordAndRemove(t *testing.T, ws *store.Workspace) {
+	t.Helper()
+	ctx := context.Background()
 	rev, err := ws.Records.Create(ctx, "message-1", []byte(`{"h":"x","s":"recorded"}`))
 	if err != nil {
 		t.Fatal(err)
@@ -117,15 +121,5 @@ func TestRemovalOnAnOlderServer(t *testing.T) {
 	}
 	if _, err := ws.Records.Get(ctx, "message-1"); !store.IsMissing(err) {
 		t.Fatalf("a removed record is read: %v", err)
-	}
-	history, err := ws.Records.History(ctx, "message-1")
-	if err != nil {
-		t.Fatalf("the removal's marker: %v", err)
-	}
-	if last := history[len(history)-1]; last.Operation() != jetstream.KeyValueDelete {
-		t.Fatalf("the removal's marker is a %v, want a delete: a purge with a TTL the bucket does not allow is refused", last.Operation())
-	}
-	if _, err := ws.Records.Create(ctx, "message-1", []byte(`{"h":"x","s":"recorded"}`)); err != nil {
-		t.Fatalf("a key removed cannot be created again: %v", err)
 	}
 }
