@@ -100,23 +100,35 @@ func (w objectWriter) apply(ctx context.Context, current client.Object, desired 
 	ns, _ := md["namespace"].(string)
 	name, _ := md["name"].(string)
 	key := writtenKey{kind: kind, namespace: ns, name: name}
+	if current != nil && written.same(key, hash, current.GetResourceVersion()) {
+		// The cache shows this object's last write, and that write was
+		// this: what it holds now holds it.
+		verified.wrote(key, hash, comparedVersion(current))
+		return false, nil
+	}
 	if current != nil && written.holds(key, hash, current.GetResourceVersion()) {
 		// The cache does not show this object's last write yet, and that
 		// write was this.
 		return false, nil
 	}
 	if current != nil && current.GetAnnotations()[annotationApplied] == hash {
-		if verified.same(key, hash, current.GetResourceVersion()) {
+		if verified.same(key, hash, comparedVersion(current)) {
 			// This version of the object was found to hold it already.
 			return false, nil
 		}
-		have, err := toJSONMap(current)
+		whole, version, err := w.whole(ctx, current)
 		if err != nil {
 			return false, fmt.Errorf("apply %s: %w", what, err)
 		}
-		if holds(have, want) {
-			verified.wrote(key, hash, current.GetResourceVersion())
-			return false, nil
+		if whole != nil {
+			have, err := toJSONMap(whole)
+			if err != nil {
+				return false, fmt.Errorf("apply %s: %w", what, err)
+			}
+			if holds(have, want) {
+				verified.wrote(key, hash, version)
+				return false, nil
+			}
 		}
 	}
 	rv, err := applyForMetadata(ctx, w.Client, &unstructured.Unstructured{Object: want}, client.FieldOwner(FieldManager), client.ForceOwnership)

@@ -142,8 +142,11 @@ func CacheOptions(namespaces ...string) cache.Options {
 // operator never reads: its managed fields; on the kinds users write
 // (the operator writes them only by patches computed from the cached
 // copy, which leave the annotation alone), the copy kubectl apply keeps
-// (Secrets keep theirs: it says a user applied a generated Secret); and
-// of a pod's spec all but its containers' names and ports (cachedPodSpec).
+// (Secrets keep theirs: it says a user applied a generated Secret); of a
+// pod's spec all but its containers' names and ports (cachedPodSpec); and
+// of a StatefulSet's pod template all but its containers' names and
+// arguments (trimCachedStatefulSet). The strings the custom resources
+// repeat are kept once (internCachedStrings).
 func stripCachedMetadata(in any) (any, error) {
 	o, ok := in.(metav1.Object)
 	if !ok {
@@ -153,12 +156,17 @@ func stripCachedMetadata(in any) (any, error) {
 	switch obj := in.(type) {
 	case *corev1.Pod:
 		obj.Spec = cachedPodSpec(obj.Spec)
+	case *appsv1.StatefulSet:
+		if err := trimCachedStatefulSet(obj); err != nil {
+			return nil, err
+		}
 	case *v1alpha1.Tenant, *v1alpha1.Connection, *v1alpha1.Grant, *v1alpha1.OwnershipPolicy, *v1alpha1.BusPool:
 		if a := o.GetAnnotations(); a[lastAppliedAnnotation] != "" {
 			a = maps.Clone(a)
 			delete(a, lastAppliedAnnotation)
 			o.SetAnnotations(a)
 		}
+		internCachedStrings(obj.(v1alpha1.ConditionedObject))
 	}
 	return in, nil
 }

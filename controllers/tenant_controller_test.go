@@ -257,6 +257,15 @@ func TestTenantDriftRepair(t *testing.T) {
 		})
 		eventually(t, "statefulset restored", stsRestored)
 	})
+	// The operator's cache keeps of a StatefulSet's pod template only its
+	// containers' names and arguments: a change of the rest alone is
+	// found by the digest of what was applied, and repaired.
+	t.Run("statefulset image alone edited", func(t *testing.T) {
+		update(t, ns, "drift-bus", &appsv1.StatefulSet{}, func(s *appsv1.StatefulSet) {
+			s.Spec.Template.Spec.Containers[0].Image = "evil.example/miner:latest"
+		})
+		eventually(t, "statefulset restored", stsRestored)
+	})
 	t.Run("statefulset deleted", func(t *testing.T) {
 		sts := &appsv1.StatefulSet{}
 		mustGet(t, ns, "drift-bus", sts)

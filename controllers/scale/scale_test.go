@@ -19,9 +19,11 @@
 // Once all are Ready, the operator must make no more writes: for a little
 // longer than its --sync-period (10 s, 2 min with STORYBUS_SCALE=full;
 // STORYBUS_SCALE_SYNC sets another), through its resync (whose events
-// reach the watches without a predicate) and with the bus pods' statuses
-// changing all the while, it may send no POST,
-// PUT, PATCH or DELETE (its rest_client_requests_total by verb). Then one
+// reach the watches without a predicate) and with the statuses of the bus
+// pods and their StatefulSets changing all the while, it may send no POST,
+// PUT, PATCH or DELETE, nor read anything from the API server (a GET):
+// its cache holds what it compares (its rest_client_requests_total by
+// verb). Then one
 // Connection's secret is rotated, and the time until the new secret is in
 // force is reported. Under
 // go test -race (make race) the operator is built with the race detector
@@ -41,6 +43,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -290,18 +293,29 @@ func TestOperatorAtScale(t *testing.T) {
 		t.Logf("Events not counted: %v", err)
 	}
 
-	// Steady state: a resync of everything, and the bus pods' statuses
-	// changing, write nothing.
+	// Steady state: a resync of everything, and the statuses of the bus
+	// pods and their StatefulSets changing, write and read nothing.
 	window := sync + sync/4
+	readsUntilReady, err := requests(metricsAddr, http.MethodGet)
+	if err != nil {
+		t.Fatal(err)
+	}
 	churned := churnPods(ctx, t, k8s, ns, window, operatorExited)
 	steady, err := writes(metricsAddr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	extra := steady.minus(writesUntilReady)
-	t.Logf("steady state, %s (--sync-period %s) with %d pod status changes: operator writes %v", window.Round(time.Second), sync, churned, extra)
+	steadyReads, err := requests(metricsAddr, http.MethodGet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	extra, reads := steady.minus(writesUntilReady), steadyReads.minus(readsUntilReady)
+	t.Logf("steady state, %s (--sync-period %s) with %d status changes of bus pods and their StatefulSets: operator writes %v, reads %v", window.Round(time.Second), sync, churned, extra, reads)
 	if extra.total() != 0 {
 		t.Errorf("the operator wrote in steady state: %v (nothing changed that it writes)", extra)
+	}
+	if reads.total() != 0 {
+		t.Errorf("the operator read from the API server in steady state: %v (its cache holds what it compares)", reads)
 	}
 
 	rotated := rotateOne(ctx, t, k8s, ns, operatorExited)
@@ -451,12 +465,18 @@ func reconciles(addr string) (map[string]string, error) {
 	return out, sc.Err()
 }
 
-// verbs counts the operator's writes to the API server by verb.
+// verbs counts the operator's requests to the API server by verb.
 type verbs map[string]float64
 
 // writes reads the operator's writes so far from its
 // rest_client_requests_total.
 func writes(addr string) (verbs, error) {
+	return requests(addr, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete)
+}
+
+// requests reads the operator's requests of the given methods so far
+// from its rest_client_requests_total.
+func requests(addr string, methods ...string) (verbs, error) {
 	res, err := http.Get("http://" + addr + "/metrics")
 	if err != nil {
 		return nil, err
@@ -479,8 +499,7 @@ func writes(addr string) (verbs, error) {
 			continue
 		}
 		method, _, _ = strings.Cut(method, `"`)
-		switch method {
-		case http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
+		if slices.Contains(methods, method) {
 			v, err := strconv.ParseFloat(value, 64)
 			if err != nil {
 				return nil, err
@@ -514,7 +533,7 @@ func (v verbs) String() string {
 		return "none"
 	}
 	var parts []string
-	for _, k := range []string{http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+	for _, k := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
 		if v[k] != 0 {
 			parts = append(parts, fmt.Sprintf("%s %.0f", k, v[k]))
 		}
@@ -523,7 +542,8 @@ func (v verbs) String() string {
 }
 
 // churnPods changes the status of the namespace's bus pods (a condition's
-// probe time), a few dozen a second, for d; it returns how many it changed.
+// probe time) and of their StatefulSets (the current revision), a few
+// dozen a second, for d; it returns how many statuses it changed.
 func churnPods(ctx context.Context, t *testing.T, k8s client.Client, ns string, d time.Duration, checkOperator func()) int {
 	t.Helper()
 	var pods corev1.PodList
@@ -548,6 +568,18 @@ func churnPods(ctx context.Context, t *testing.T, k8s client.Client, ns string, 
 			continue
 		}
 		changed++
+		// Its StatefulSet's status changes too (its revision, which the
+		// operator does not report), as the StatefulSet controller's would.
+		if at := strings.LastIndexByte(p.Name, '-'); at > 0 {
+			sts := &appsv1.StatefulSet{}
+			if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: p.Name[:at]}, sts); err != nil {
+				t.Fatal(err)
+			}
+			sts.Status.CurrentRevision = fmt.Sprintf("%s-%d", sts.Name, i)
+			if err := k8s.Status().Update(ctx, sts); err == nil {
+				changed++
+			}
+		}
 		if i%50 == 49 {
 			checkOperator()
 			time.Sleep(time.Second)
