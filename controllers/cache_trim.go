@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"reflect"
 	"slices"
 	"sync"
 
@@ -39,12 +38,13 @@ const annotationCachedDigest = "bus.storybus.io/cached-digest"
 // change of what was applied (by anyone) makes a new one, and the object
 // is read whole from the API server to compare it (objectWriter.apply).
 //
-// An informer may pass an object it already holds through its transform
-// again: a StatefulSet trimmed already (its digest set, and no container
-// with an image, which every StatefulSet the API server has names) is left
-// as it is.
+// An informer may pass an object through its transform twice (a watch
+// list's objects go through it into a temporary store, and again as that
+// store replaces the cache's): a StatefulSet trimmed already is left as it
+// is. No object already in the cache is transformed again, which is what
+// lets the transform change it in place.
 func trimCachedStatefulSet(sts *appsv1.StatefulSet) error {
-	if sts.Annotations[annotationCachedDigest] != "" && !slices.ContainsFunc(sts.Spec.Template.Spec.Containers, func(c corev1.Container) bool { return c.Image != "" }) {
+	if trimmed(sts) {
 		return nil
 	}
 	digest, err := appliedFieldsDigest(sts, sts.Spec)
@@ -63,6 +63,16 @@ func trimCachedStatefulSet(sts *appsv1.StatefulSet) error {
 	}
 	sts.Spec.Template = corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: containers}}
 	return nil
+}
+
+// trimmed reports whether obj is a StatefulSet trimCachedStatefulSet
+// trimmed: its digest set, and no container with an image, which every
+// StatefulSet the API server has names. A digest annotation on anything
+// else (set by a user on the API server's object) means nothing.
+func trimmed(obj any) bool {
+	sts, ok := obj.(*appsv1.StatefulSet)
+	return ok && sts.Annotations[annotationCachedDigest] != "" &&
+		!slices.ContainsFunc(sts.Spec.Template.Spec.Containers, func(c corev1.Container) bool { return c.Image != "" })
 }
 
 // appliedFieldsDigest is the digest of what an apply can set on o: its
@@ -91,8 +101,8 @@ func appliedFieldsDigest(o client.Object, spec any) (string, error) {
 // what an apply sets, for a copy the cache trimmed (a change of status
 // keeps it), else its resourceVersion.
 func comparedVersion(current client.Object) string {
-	if d := current.GetAnnotations()[annotationCachedDigest]; d != "" {
-		return d
+	if trimmed(current) {
+		return current.GetAnnotations()[annotationCachedDigest]
 	}
 	return current.GetResourceVersion()
 }
@@ -101,15 +111,11 @@ func comparedVersion(current client.Object) string {
 // current itself, unless the cache trimmed it, when it is read from the
 // API server. A trimmed object that is gone is nil.
 func (w objectWriter) whole(ctx context.Context, current client.Object) (client.Object, string, error) {
-	if current.GetAnnotations()[annotationCachedDigest] == "" {
+	if !trimmed(current) {
 		return current, current.GetResourceVersion(), nil
 	}
-	sts, ok := current.(*appsv1.StatefulSet)
-	if !ok {
-		return nil, "", fmt.Errorf("%s %s: the cache trims no %s", reflect.TypeOf(current), current.GetName(), reflect.TypeOf(current))
-	}
 	full := &appsv1.StatefulSet{}
-	if err := w.APIReader.Get(ctx, client.ObjectKeyFromObject(sts), full); err != nil {
+	if err := w.APIReader.Get(ctx, client.ObjectKeyFromObject(current), full); err != nil {
 		return nil, "", client.IgnoreNotFound(err)
 	}
 	digest, err := appliedFieldsDigest(full, full.Spec)

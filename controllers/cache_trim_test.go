@@ -6,9 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 	"unsafe"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -40,7 +43,9 @@ func (r *serverReader) List(context.Context, client.ObjectList, ...client.ListOp
 // cache drops, is read and applied again.
 func TestTrimmedStatefulSetComparedByDigest(t *testing.T) {
 	ctx := context.Background()
-	tn := newTenant("digest-unit", "desk", func(t *v1alpha1.Tenant) { t.UID = "desk-uid" })
+	// The operator's memory of what it wrote and verified is its
+	// process's: a namespace of this run's own starts it empty.
+	tn := newTenant(fmt.Sprintf("digest-unit-%d", time.Now().UnixNano()), "desk", func(t *v1alpha1.Tenant) { t.UID = "desk-uid" })
 	desired := desiredStatefulSet(tn, Options{}.withDefaults())
 	want, err := toJSONMap(desired)
 	if err != nil {
@@ -154,5 +159,44 @@ func TestCachedCustomResourcesShareRepeatedStrings(t *testing.T) {
 	}
 	if n := len(table.strings); n > internedStrings {
 		t.Errorf("the table holds %d strings, past its bound of %d", n, internedStrings)
+	}
+}
+
+// TestAForgedDigestMeansNothing: a digest annotation a user sets on an
+// object is dropped before it is cached, and on an object read past the
+// cache (not trimmed) it is not what the object is compared by: the
+// object is compared whole, by its resourceVersion.
+func TestAForgedDigestMeansNothing(t *testing.T) {
+	forged := map[string]string{annotationCachedDigest: "forged", "kept": "yes"}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "desk-bus-config", ResourceVersion: "7", Annotations: forged}}
+	if _, err := stripCachedMetadata(cm.DeepCopy()); err != nil {
+		t.Fatal(err)
+	}
+	cached := cm.DeepCopy()
+	if _, err := stripCachedMetadata(cached); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := cached.Annotations[annotationCachedDigest]; ok || cached.Annotations["kept"] != "yes" {
+		t.Errorf("cached ConfigMap's annotations: %v", cached.Annotations)
+	}
+	if cm.Annotations[annotationCachedDigest] != "forged" {
+		t.Error("the transform changed the map it was given rather than a copy")
+	}
+
+	reader := &serverReader{object: &appsv1.StatefulSet{}}
+	w := objectWriter{APIReader: reader}
+	sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: "desk-bus", ResourceVersion: "9", Annotations: forged}}
+	sts.Spec.Template.Spec.Containers = []corev1.Container{{Name: "bus", Image: "storybus"}}
+	for _, obj := range []client.Object{cm, sts} {
+		if v := comparedVersion(obj); v != obj.GetResourceVersion() {
+			t.Errorf("%T compared by %q, want its resourceVersion", obj, v)
+		}
+		whole, v, err := w.whole(context.Background(), obj)
+		if err != nil || whole != obj || v != obj.GetResourceVersion() {
+			t.Errorf("%T read whole: %v, %q, %v; want itself at its resourceVersion", obj, whole == obj, v, err)
+		}
+	}
+	if reader.reads != 0 {
+		t.Errorf("%d reads past the cache for objects it does not trim", reader.reads)
 	}
 }

@@ -3,15 +3,18 @@ package controllers
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -36,12 +39,18 @@ var (
 		Name: "storybus_operator_reconcile_errors_total",
 		Help: "Reconciles that failed and are retried, by kind and reason (the API server's status reason, or Unknown).",
 	}, []string{"kind", "reason"})
+	// uncachedReads counts the operator's reads from the API server past
+	// its cache, by kind.
+	uncachedReads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "storybus_operator_uncached_reads_total",
+		Help: "Objects the operator read from the API server past its cache, by kind: Secrets users name, a name the cache does not hold, a trimmed StatefulSet whose applied fields changed.",
+	}, []string{"kind"})
 	tenantsDesc = prometheus.NewDesc("storybus_operator_tenants",
 		"Tenants by condition type, status and reason.", []string{"condition", "status", "reason"}, nil)
 )
 
 func init() {
-	metrics.Registry.MustRegister(configurationGeneration, reconcileErrors, buildinfo.NewCollector())
+	metrics.Registry.MustRegister(configurationGeneration, reconcileErrors, uncachedReads, buildinfo.NewCollector())
 }
 
 // DescribeMetrics sends the descriptors of the operator's own metrics,
@@ -50,7 +59,35 @@ func init() {
 func DescribeMetrics(ch chan<- *prometheus.Desc) {
 	configurationGeneration.Describe(ch)
 	reconcileErrors.Describe(ch)
+	uncachedReads.Describe(ch)
 	tenantCollector{}.Describe(ch)
+}
+
+// countedReader is a reader past the cache whose reads uncachedReads
+// counts.
+type countedReader struct {
+	client.Reader
+	scheme *runtime.Scheme
+}
+
+// Get reads one object from the API server.
+func (r countedReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	kind := "unknown"
+	if gvk, err := apiutil.GVKForObject(obj, r.scheme); err == nil {
+		kind = gvk.Kind
+	}
+	uncachedReads.WithLabelValues(kind).Inc()
+	return r.Reader.Get(ctx, key, obj, opts...)
+}
+
+// List lists objects from the API server.
+func (r countedReader) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	kind := "unknown"
+	if gvk, err := apiutil.GVKForObject(list, r.scheme); err == nil {
+		kind = strings.TrimSuffix(gvk.Kind, "List")
+	}
+	uncachedReads.WithLabelValues(kind).Inc()
+	return r.Reader.List(ctx, list, opts...)
 }
 
 // tenantCollector counts the Tenants in the manager's cache by condition

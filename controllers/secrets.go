@@ -59,8 +59,9 @@ func secretMetadata() *metav1.PartialObjectMetadata {
 }
 
 // newSecrets makes the Secrets of mgr, whose cache holds the namespaces
-// given (all when none), and adds its metadata cache to mgr.
-func newSecrets(mgr ctrl.Manager, namespaces []string) (*Secrets, error) {
+// given (all when none), reading past it with direct, and adds its
+// metadata cache to mgr.
+func newSecrets(mgr ctrl.Manager, direct client.Reader, namespaces []string) (*Secrets, error) {
 	notManaged, err := labels.NewRequirement(LabelManagedBy, selection.NotEquals, []string{FieldManager})
 	if err != nil {
 		return nil, err
@@ -81,7 +82,7 @@ func newSecrets(mgr ctrl.Manager, namespaces []string) (*Secrets, error) {
 	if err := mgr.Add(others); err != nil {
 		return nil, err
 	}
-	return &Secrets{cached: mgr.GetCache(), direct: mgr.GetAPIReader(), others: others, read: map[client.ObjectKey]*corev1.Secret{}}, nil
+	return &Secrets{cached: mgr.GetCache(), direct: direct, others: others, read: map[client.ObjectKey]*corev1.Secret{}}, nil
 }
 
 // stripSecretMetadata keeps of a Secret's metadata only what maps it to

@@ -153,6 +153,13 @@ func stripCachedMetadata(in any) (any, error) {
 		return in, nil
 	}
 	o.SetManagedFields(nil)
+	if a := o.GetAnnotations(); a[annotationCachedDigest] != "" && !trimmed(in) {
+		// Only the cache's own trim sets it (trimCachedStatefulSet); one a
+		// user set means nothing.
+		a = maps.Clone(a)
+		delete(a, annotationCachedDigest)
+		o.SetAnnotations(a)
+	}
 	switch obj := in.(type) {
 	case *corev1.Pod:
 		obj.Spec = cachedPodSpec(obj.Spec)
@@ -216,11 +223,13 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		return fmt.Errorf("metrics: %w", err)
 	}
 	rec := mgr.GetEventRecorder(FieldManager)
-	secrets, err := newSecrets(mgr, o.WatchNamespaces)
+	// Every read past the cache is counted: in steady state there are none.
+	direct := countedReader{Reader: mgr.GetAPIReader(), scheme: mgr.GetScheme()}
+	secrets, err := newSecrets(mgr, direct, o.WatchNamespaces)
 	if err != nil {
 		return err
 	}
-	w := objectWriter{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader()}
+	w := objectWriter{Client: mgr.GetClient(), APIReader: direct}
 	if err := (&TenantConfigurationReconciler{objectWriter: w, Secrets: secrets, Recorder: rec}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("tenant configuration controller: %w", err)
 	}
@@ -249,7 +258,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	if err := (&BusPoolReconciler{objectWriter: w, Secrets: secrets, Recorder: rec, Pools: pools, Cache: mgr.GetCache(), Options: o}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("buspool controller: %w", err)
 	}
-	if err := (&TenantPoolReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Secrets: secrets, Recorder: rec, Pools: pools, Options: o}).SetupWithManager(mgr); err != nil {
+	if err := (&TenantPoolReconciler{Client: mgr.GetClient(), APIReader: direct, Secrets: secrets, Recorder: rec, Pools: pools, Options: o}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("tenant pool controller: %w", err)
 	}
 	return nil
