@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"slices"
 	"sync"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -61,18 +60,23 @@ func trimCachedStatefulSet(sts *appsv1.StatefulSet) error {
 	for _, c := range sts.Spec.Template.Spec.Containers {
 		containers = append(containers, corev1.Container{Name: c.Name, Args: c.Args})
 	}
-	sts.Spec.Template = corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: containers}}
+	sts.Spec.Template = corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: containers, RestartPolicy: restartPolicyTrimmed}}
 	return nil
 }
 
+// restartPolicyTrimmed marks the pod template of a StatefulSet the cache
+// trimmed: the API server takes no StatefulSet whose template's restart
+// policy is not Always, so no object it has carries it.
+const restartPolicyTrimmed corev1.RestartPolicy = "TrimmedByTheOperatorsCache"
+
 // trimmed reports whether obj is a StatefulSet trimCachedStatefulSet
-// trimmed: its digest set, and no container with an image, which every
-// StatefulSet the API server has names. A digest annotation on anything
-// else (set by a user on the API server's object) means nothing.
+// trimmed: its digest set, and its template marked with
+// restartPolicyTrimmed, which no StatefulSet the API server has carries.
+// A digest annotation on anything else (set by a user on the API server's
+// object) means nothing.
 func trimmed(obj any) bool {
 	sts, ok := obj.(*appsv1.StatefulSet)
-	return ok && sts.Annotations[annotationCachedDigest] != "" &&
-		!slices.ContainsFunc(sts.Spec.Template.Spec.Containers, func(c corev1.Container) bool { return c.Image != "" })
+	return ok && sts.Annotations[annotationCachedDigest] != "" && sts.Spec.Template.Spec.RestartPolicy == restartPolicyTrimmed
 }
 
 // appliedFieldsDigest is the digest of what an apply can set on o: its

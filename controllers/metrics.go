@@ -39,11 +39,12 @@ var (
 		Name: "storybus_operator_reconcile_errors_total",
 		Help: "Reconciles that failed and are retried, by kind and reason (the API server's status reason, or Unknown).",
 	}, []string{"kind", "reason"})
-	// uncachedReads counts the operator's reads from the API server past
-	// its cache, by kind.
+	// uncachedReads counts the operator's reads (a get or a list) from the
+	// API server past its cache, by kind. The optional kinds it reads as
+	// unstructured objects (PodMonitors, Certificates) are not counted.
 	uncachedReads = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "storybus_operator_uncached_reads_total",
-		Help: "Objects the operator read from the API server past its cache, by kind: Secrets users name, a name the cache does not hold, a trimmed StatefulSet whose applied fields changed.",
+		Help: "Reads (a get or a list) the operator made from the API server past its cache, by kind: Secrets users name, a name the cache does not hold, a trimmed StatefulSet whose applied fields changed, a namespace a pool admits by label, a storage class, a deleted Tenant's volume claims.",
 	}, []string{"kind"})
 	tenantsDesc = prometheus.NewDesc("storybus_operator_tenants",
 		"Tenants by condition type, status and reason.", []string{"condition", "status", "reason"}, nil)

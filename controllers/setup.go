@@ -223,7 +223,8 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		return fmt.Errorf("metrics: %w", err)
 	}
 	rec := mgr.GetEventRecorder(FieldManager)
-	// Every read past the cache is counted: in steady state there are none.
+	// The reads of the operator's own kinds past the cache are counted
+	// (uncachedReads).
 	direct := countedReader{Reader: mgr.GetAPIReader(), scheme: mgr.GetScheme()}
 	secrets, err := newSecrets(mgr, direct, o.WatchNamespaces)
 	if err != nil {
