@@ -73,22 +73,23 @@ type countedReader struct {
 
 // Get reads one object from the API server.
 func (r countedReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-	kind := "unknown"
-	if gvk, err := apiutil.GVKForObject(obj, r.scheme); err == nil {
-		kind = gvk.Kind
-	}
-	uncachedReads.WithLabelValues(kind).Inc()
+	r.count(obj)
 	return r.Reader.Get(ctx, key, obj, opts...)
 }
 
 // List lists objects from the API server.
 func (r countedReader) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	r.count(list)
+	return r.Reader.List(ctx, list, opts...)
+}
+
+// count counts one read of obj's kind (a list's, for a list).
+func (r countedReader) count(obj runtime.Object) {
 	kind := "unknown"
-	if gvk, err := apiutil.GVKForObject(list, r.scheme); err == nil {
+	if gvk, err := apiutil.GVKForObject(obj, r.scheme); err == nil {
 		kind = strings.TrimSuffix(gvk.Kind, "List")
 	}
 	uncachedReads.WithLabelValues(kind).Inc()
-	return r.Reader.List(ctx, list, opts...)
 }
 
 // tenantCollector counts the Tenants in the manager's cache by condition
