@@ -10,5 +10,14 @@
 // executable's read-only mappings that hold no private copy of a page):
 // the pages stay in the page cache, no longer mapped, where the kernel
 // reclaims them first under memory pressure, and a page the process uses
-// again is mapped back from there.
+// again is mapped back from there (Unmap).
+//
+// A page mapped back brings the cached pages beside it (the kernel's
+// fault-around), used or not. With Evict, Release also drops from the page
+// cache the executable's pages no process maps, and has the kernel read
+// the ones the process touches later a page at a time and never map them
+// by a huge page, so that what stays resident is closer to what the
+// process runs. The operator
+// evicts; the bus, whose first requests would wait on those reads, only
+// unmaps.
 package startpages

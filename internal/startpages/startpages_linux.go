@@ -11,13 +11,14 @@ import (
 )
 
 // Release unmaps from the process the pages of the running executable's
-// read-only mappings (its code and read-only data), and returns how much
-// of those mappings was resident before and after, in bytes. Nothing is
-// lost: the pages are the file's, and one used again is mapped back from
-// the page cache. A mapping that holds a private copy of a page (read-only
-// now, written once, as a relocated segment is) is left alone: unmapping
-// would drop the copy.
-func Release() (before, after int64, err error) {
+// read-only mappings (its code and read-only data) and, with Evict, drops
+// them from the page cache, and returns how much of those mappings was
+// resident before and after, in bytes. Nothing is lost: the pages are the
+// file's, and one used again is mapped back from the page cache, or read
+// again. A mapping that holds a private copy of a page (read-only now,
+// written once, as a relocated segment is) is left alone: unmapping would
+// drop the copy.
+func Release(mode Mode) (before, after int64, err error) {
 	ms, err := releasable()
 	if err != nil {
 		return 0, 0, err
@@ -25,15 +26,73 @@ func Release() (before, after int64, err error) {
 	for _, m := range ms {
 		before += m.rss
 	}
+	if mode == Evict {
+		// Before the unmapping, so that no page the process maps back
+		// from then on is read ahead or mapped by a huge page.
+		if err := adviseSmallReads(ms); err != nil {
+			return before, before, err
+		}
+	}
 	for _, m := range ms {
-		// The raw system call: these addresses are not Go memory, which
-		// unix.Madvise would want as a slice.
-		if _, _, errno := unix.Syscall(unix.SYS_MADVISE, m.start, m.end-m.start, unix.MADV_DONTNEED); errno != 0 {
-			return before, before, fmt.Errorf("madvise(MADV_DONTNEED) %#x-%#x: %w", m.start, m.end, errno)
+		if err := madvise(m, unix.MADV_DONTNEED); err != nil {
+			return before, before, err
+		}
+	}
+	if mode == Evict {
+		if err := dropFromPageCache(); err != nil {
+			after, _ = Resident()
+			return before, after, err
 		}
 	}
 	after, err = Resident()
 	return before, after, err
+}
+
+// madvise gives advice over m's address range. The raw system call:
+// these addresses are not Go memory, which unix.Madvise would want as a
+// slice.
+func madvise(m mapping, advice int) error {
+	if _, _, errno := unix.Syscall(unix.SYS_MADVISE, m.start, m.end-m.start, uintptr(advice)); errno != 0 {
+		return fmt.Errorf("madvise(%d) %#x-%#x: %w", advice, m.start, m.end, errno)
+	}
+	return nil
+}
+
+// adviseSmallReads has the kernel read ms's pages one at a time from now
+// on (no read-ahead) and never map them by a huge page: a large folio of
+// the file left in the page cache (one a process maps is not dropped)
+// would otherwise be mapped whole, 2 MiB for a page touched.
+func adviseSmallReads(ms []mapping) error {
+	for _, m := range ms {
+		if err := madvise(m, unix.MADV_RANDOM); err != nil {
+			return err
+		}
+		if err := madvise(m, unix.MADV_NOHUGEPAGE); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// dropFromPageCache drops from the page cache the executable's pages no
+// process maps. Reading the file is all it needs: no right to write it
+// (fsync and posix_fadvise work on a file opened to read).
+func dropFromPageCache() error {
+	f, err := os.Open("/proc/self/exe")
+	if err != nil {
+		return fmt.Errorf("evict: %w", err)
+	}
+	defer f.Close()
+	// A binary just built or copied may not be written back yet, and the
+	// kernel drops no dirty page: write it back first (a clean file has
+	// nothing to write).
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("evict: %w", err)
+	}
+	if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
+		return fmt.Errorf("evict: posix_fadvise(POSIX_FADV_DONTNEED): %w", err)
+	}
+	return nil
 }
 
 // Resident returns how much of the running executable's read-only,

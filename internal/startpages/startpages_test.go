@@ -3,16 +3,22 @@
 package startpages
 
 import (
+	"io"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestReleaseUnmapsTheBinarysStartPages: the test binary's initialisers
 // touched pages of its executable; Release unmaps them, and the code the
 // process runs afterwards is mapped back.
 func TestReleaseUnmapsTheBinarysStartPages(t *testing.T) {
-	before, after, err := Release()
+	before, after, err := Release(Unmap)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,4 +88,90 @@ Rss:                   4 kB
 	if !got[0].releasable() || got[1].releasable() || got[2].releasable() {
 		t.Errorf("releasable: %v %v %v, want only the code's", got[0].releasable(), got[1].releasable(), got[2].releasable())
 	}
+}
+
+// TestEvictDropsTheExecutableFromThePageCache: after Release(Evict) most
+// of the test binary's pages have left the page cache, and its read-only
+// mappings are read a page at a time and never mapped by a huge page, so
+// that a page touched later brings few neighbours the process does not
+// use.
+func TestEvictDropsTheExecutableFromThePageCache(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Read the whole file, so that the page cache holds all of it. The
+	// build has just written it: Release writes it back before it drops.
+	f, err := os.Open(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(io.Discard, f); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	cached, total := cachedPages(t, exe)
+	if _, _, err := Release(Evict); err != nil {
+		t.Fatal(err)
+	}
+	evicted, _ := cachedPages(t, exe)
+	t.Logf("the executable's pages in the page cache: %d of %d before, %d after Evict", cached, total, evicted)
+	if cached < total*3/4 {
+		t.Fatalf("only %d of %d pages cached after the file was read: the measure shows nothing", cached, total)
+	}
+	// What stays is what the process maps again as it runs (the runtime,
+	// this test), and what it maps writable.
+	if evicted > cached*9/10 {
+		t.Errorf("%d pages cached after Evict, of %d before: not evicted", evicted, cached)
+	}
+	smaps, err := os.ReadFile("/proc/self/smaps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var advised, readOnly int
+	inExe := false
+	for line := range strings.Lines(string(smaps)) {
+		fields := strings.Fields(line)
+		switch {
+		case len(fields) >= 6 && strings.Contains(fields[0], "-") && !strings.HasSuffix(fields[0], ":"):
+			inExe = fields[5] == exe && !strings.Contains(fields[1], "w")
+			if inExe {
+				readOnly++
+			}
+		case inExe && len(fields) > 0 && fields[0] == "VmFlags:" && slices.Contains(fields[1:], "rr") && slices.Contains(fields[1:], "nh"):
+			advised++
+		}
+	}
+	if readOnly == 0 || advised != readOnly {
+		t.Errorf("%d of the executable's %d read-only mappings read at random and mapped without huge pages (VmFlags rr, nh)", advised, readOnly)
+	}
+}
+
+// cachedPages maps the file at path without touching it and returns how
+// many of its pages the page cache holds (mincore), and how many it has.
+func cachedPages(t *testing.T, path string) (cached, total int) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := unix.Mmap(int(f.Fd()), 0, int(st.Size()), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(m)
+	page := os.Getpagesize()
+	vec := make([]byte, (len(m)+page-1)/page)
+	if _, _, errno := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&m[0])), uintptr(len(m)), uintptr(unsafe.Pointer(&vec[0]))); errno != 0 {
+		t.Fatalf("mincore: %v", errno)
+	}
+	for _, v := range vec {
+		cached += int(v & 1)
+	}
+	return cached, len(vec)
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/storybus/storybus/api/v1alpha1"
 	"github.com/storybus/storybus/controllers"
 	"github.com/storybus/storybus/internal/buildinfo"
+	"github.com/storybus/storybus/internal/startpages"
 )
 
 // OperatorOptions are the flags of `storybus operator`.
@@ -449,8 +450,9 @@ func RunOperator(ctx context.Context, o OperatorOptions, cfg *rest.Config, log l
 // releaseStartPages unmaps, once the manager's cache has synced, the
 // pages of the binary only the operator's start touched (package
 // startpages: every package's initialiser, the bus's included, and the
-// manager's set-up); the pages the reconcilers go on using are mapped
-// back as they run. Every replica does, leader or not.
+// manager's set-up), and drops them from the page cache (startpages.Evict);
+// the pages the reconcilers go on using are read back a page at a time
+// as they run. Every replica does, leader or not.
 type releaseStartPages struct {
 	cache interface {
 		WaitForCacheSync(context.Context) bool
@@ -463,7 +465,7 @@ func (r releaseStartPages) Start(ctx context.Context) error {
 	if !r.cache.WaitForCacheSync(ctx) {
 		return nil
 	}
-	unmapStartPages(slog.New(logr.ToSlogHandler(r.log)))
+	unmapStartPages(slog.New(logr.ToSlogHandler(r.log)), startpages.Evict)
 	return nil
 }
 

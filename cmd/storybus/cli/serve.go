@@ -500,7 +500,7 @@ func serveHTTP(ctx context.Context, o ServeOptions, cfgs []*config.Workspace, sr
 		// Serving: the start is behind the bus. The pages of the binary
 		// only it touched (every package's initialiser, the operator's
 		// included) were most of an idle bus's resident memory.
-		unmapStartPages(log)
+		unmapStartPages(log, startpages.Unmap)
 	}
 	select {
 	case <-ctx.Done():
@@ -586,10 +586,15 @@ func parseProxies(vs []string) ([]netip.Prefix, error) {
 }
 
 // unmapStartPages unmaps the pages of the binary only the process's
-// start touched (package startpages), and logs what it did.
-func unmapStartPages(log *slog.Logger) {
-	before, after, err := startpages.Release()
-	if err != nil {
+// start touched (package startpages; mode says whether they also leave
+// the page cache), and logs what it did.
+func unmapStartPages(log *slog.Logger, mode startpages.Mode) {
+	before, after, err := startpages.Release(mode)
+	switch {
+	case err != nil && after < before:
+		log.Info("start-up pages of the binary unmapped, left in the page cache", "residentBytesBefore", before, "residentBytesAfter", after, "reason", err.Error())
+		return
+	case err != nil:
 		log.Info("start-up pages of the binary kept", "reason", err.Error())
 		return
 	}
