@@ -17,7 +17,6 @@
 // cache the executable's pages no process maps, and has the kernel read
 // the ones the process touches later a page at a time and never map them
 // by a huge page, so that what stays resident is closer to what the
-// process runs. The operator
-// evicts; the bus, whose first requests would wait on those reads, only
-// unmaps.
+// process runs. The operator evicts; the bus, whose first requests would
+// wait on those reads, only unmaps.
 package startpages

@@ -1,5 +1,7 @@
 package startpages
 
+import "errors"
+
 // Mode says what Release does beyond unmapping.
 type Mode int
 
@@ -10,8 +12,8 @@ const (
 	// in all), whether the process uses them or not.
 	Unmap Mode = iota
 	// Evict unmaps the pages, asks the kernel to read what the process
-	// touches later one page at a time (MADV_RANDOM: no read-ahead), and
-	// drops from the page cache the executable's pages no process maps
+	// touches later one page at a time (MADV_RANDOM: no read-ahead) and
+	// never to map it by a huge page (MADV_NOHUGEPAGE), and drops from the page cache the executable's pages no process maps
 	// (POSIX_FADV_DONTNEED). Fault-around then finds few cached pages
 	// beside the one touched, and the process's resident share of its
 	// executable stays close to the pages it runs; the cost is a read
@@ -19,3 +21,7 @@ const (
 	// of the same file a read of a page it had not mapped.
 	Evict
 )
+
+// ErrNotDropped is what Release(Evict) returns, wrapping the cause, when
+// it unmapped the pages but could not drop them from the page cache.
+var ErrNotDropped = errors.New("unmapped, not dropped from the page cache")

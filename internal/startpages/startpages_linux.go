@@ -2,6 +2,7 @@ package startpages
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -26,34 +27,34 @@ func Release(mode Mode) (before, after int64, err error) {
 	for _, m := range ms {
 		before += m.rss
 	}
+	var notDropped error
 	if mode == Evict {
 		// Before the unmapping, so that no page the process maps back
-		// from then on is read ahead or mapped by a huge page.
-		if err := adviseSmallReads(ms); err != nil {
-			return before, before, err
-		}
+		// from then on is read ahead or mapped by a huge page. Advice
+		// refused leaves the pages unmapped, as Unmap does.
+		notDropped = adviseSmallReads(ms)
 	}
 	for _, m := range ms {
-		if err := madvise(m, unix.MADV_DONTNEED); err != nil {
+		if err := madvise(m, unix.MADV_DONTNEED, "MADV_DONTNEED"); err != nil {
 			return before, before, err
 		}
 	}
-	if mode == Evict {
-		if err := dropFromPageCache(); err != nil {
-			after, _ = Resident()
-			return before, after, err
-		}
+	if mode == Evict && notDropped == nil {
+		notDropped = dropFromPageCache()
+	}
+	if notDropped != nil {
+		notDropped = fmt.Errorf("%w: %w", ErrNotDropped, notDropped)
 	}
 	after, err = Resident()
-	return before, after, err
+	return before, after, errors.Join(notDropped, err)
 }
 
 // madvise gives advice over m's address range. The raw system call:
 // these addresses are not Go memory, which unix.Madvise would want as a
 // slice.
-func madvise(m mapping, advice int) error {
+func madvise(m mapping, advice int, name string) error {
 	if _, _, errno := unix.Syscall(unix.SYS_MADVISE, m.start, m.end-m.start, uintptr(advice)); errno != 0 {
-		return fmt.Errorf("madvise(%d) %#x-%#x: %w", advice, m.start, m.end, errno)
+		return fmt.Errorf("madvise(%s) %#x-%#x: %w", name, m.start, m.end, errno)
 	}
 	return nil
 }
@@ -64,10 +65,12 @@ func madvise(m mapping, advice int) error {
 // would otherwise be mapped whole, 2 MiB for a page touched.
 func adviseSmallReads(ms []mapping) error {
 	for _, m := range ms {
-		if err := madvise(m, unix.MADV_RANDOM); err != nil {
+		if err := madvise(m, unix.MADV_RANDOM, "MADV_RANDOM"); err != nil {
 			return err
 		}
-		if err := madvise(m, unix.MADV_NOHUGEPAGE); err != nil {
+		// A kernel without transparent huge pages refuses the advice it
+		// has no use for.
+		if err := madvise(m, unix.MADV_NOHUGEPAGE, "MADV_NOHUGEPAGE"); err != nil && !errors.Is(err, unix.EINVAL) {
 			return err
 		}
 	}
@@ -85,8 +88,9 @@ func dropFromPageCache() error {
 	defer f.Close()
 	// A binary just built or copied may not be written back yet, and the
 	// kernel drops no dirty page: write it back first (a clean file has
-	// nothing to write).
-	if err := f.Sync(); err != nil {
+	// nothing to write). A file system that cannot be written (squashfs,
+	// erofs) refuses; it holds no page to write either.
+	if err := f.Sync(); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.EROFS) {
 		return fmt.Errorf("evict: %w", err)
 	}
 	if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {

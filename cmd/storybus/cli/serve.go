@@ -591,12 +591,14 @@ func parseProxies(vs []string) ([]netip.Prefix, error) {
 func unmapStartPages(log *slog.Logger, mode startpages.Mode) {
 	before, after, err := startpages.Release(mode)
 	switch {
-	case err != nil && after < before:
-		log.Info("start-up pages of the binary unmapped, left in the page cache", "residentBytesBefore", before, "residentBytesAfter", after, "reason", err.Error())
-		return
-	case err != nil:
+	case errors.Is(err, startpages.ErrNotDropped):
+		log.Info("start-up pages of the binary unmapped, left in the page cache", "residentBytesBefore", before, "reason", err.Error())
+	case err != nil && after == before:
 		log.Info("start-up pages of the binary kept", "reason", err.Error())
-		return
+	case err != nil:
+		// Unmapped; what is resident after could not be read.
+		log.Info("start-up pages of the binary unmapped", "residentBytesBefore", before, "droppedFromPageCache", mode == startpages.Evict, "reason", err.Error())
+	default:
+		log.Info("start-up pages of the binary unmapped", "residentBytesBefore", before, "residentBytesAfter", after, "droppedFromPageCache", mode == startpages.Evict)
 	}
-	log.Info("start-up pages of the binary unmapped", "residentBytesBefore", before, "residentBytesAfter", after)
 }
