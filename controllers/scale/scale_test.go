@@ -35,7 +35,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -385,28 +384,21 @@ func apiserverWrites(cfg *rest.Config) (map[string]float64, error) {
 	if err != nil {
 		return nil, err
 	}
-	res, err := hc.Get(strings.TrimSuffix(cfg.Host, "/") + "/metrics")
-	if err != nil {
-		return nil, err
-	}
-	defer res.Body.Close()
 	out := map[string]float64{}
-	sc := bufio.NewScanner(res.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	label := func(labels, name string) string {
 		_, v, _ := strings.Cut(labels, name+`="`)
 		v, _, _ = strings.Cut(v, `"`)
 		return v
 	}
-	for sc.Scan() {
-		labels, value, ok := strings.Cut(sc.Text(), "} ")
+	err = metricLines(hc, strings.TrimSuffix(cfg.Host, "/")+"/metrics", func(line string) error {
+		labels, value, ok := strings.Cut(line, "} ")
 		if !ok || !strings.HasPrefix(labels, "apiserver_request_total{") {
-			continue
+			return nil
 		}
 		verb := label(labels, "verb")
 		switch verb {
 		case "GET", "LIST", "WATCH":
-			continue
+			return nil
 		}
 		key := verb + " " + label(labels, "resource")
 		if sub := label(labels, "subresource"); sub != "" {
@@ -415,41 +407,34 @@ func apiserverWrites(cfg *rest.Config) (map[string]float64, error) {
 		if v, err := strconv.ParseFloat(value, 64); err == nil {
 			out[key] += v
 		}
-	}
-	return out, sc.Err()
+		return nil
+	})
+	return out, err
 }
 
 // reconciles reads, by controller, the reconciles so far and the seconds
 // they took, from controller-runtime's metrics.
 func reconciles(addr string) (map[string]string, error) {
-	res, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		return nil, err
-	}
-	defer res.Body.Close()
 	count, took := map[string]float64{}, map[string]float64{}
 	results := map[string]string{} // the counts of results other than success
-	sc := bufio.NewScanner(res.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
+	err := operatorMetrics(addr, func(line string) error {
 		into, isCount := count, true
 		switch {
 		case strings.HasPrefix(line, "controller_runtime_reconcile_total{"):
 		case strings.HasPrefix(line, "controller_runtime_reconcile_time_seconds_sum{"):
 			into, isCount = took, false
 		default:
-			continue
+			return nil
 		}
 		labels, value, ok := strings.Cut(line, "} ")
 		_, name, found := strings.Cut(labels, `controller="`)
 		if !ok || !found {
-			continue
+			return nil
 		}
 		name, _, _ = strings.Cut(name, `"`)
 		v, err := strconv.ParseFloat(value, 64)
 		if err != nil {
-			continue
+			return nil
 		}
 		into[name] += v
 		if _, result, found := strings.Cut(labels, `result="`); found && isCount {
@@ -457,12 +442,13 @@ func reconciles(addr string) (map[string]string, error) {
 				results[name] += fmt.Sprintf(", %s %.0f", result, v)
 			}
 		}
-	}
+		return nil
+	})
 	out := map[string]string{}
 	for name, n := range count {
 		out[name] = fmt.Sprintf("%.0f%s, %.1f s", n, results[name], took[name])
 	}
-	return out, sc.Err()
+	return out, err
 }
 
 // verbs counts the operator's writes to the API server by verb.
@@ -471,38 +457,31 @@ type verbs map[string]float64
 // writes reads the operator's writes so far from its
 // rest_client_requests_total.
 func writes(addr string) (verbs, error) {
-	res, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		return nil, err
-	}
-	defer res.Body.Close()
 	out := verbs{}
-	sc := bufio.NewScanner(res.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
+	err := operatorMetrics(addr, func(line string) error {
 		if !strings.HasPrefix(line, "rest_client_requests_total{") {
-			continue
+			return nil
 		}
 		labels, value, ok := strings.Cut(line, "} ")
 		if !ok {
-			continue
+			return nil
 		}
 		_, method, ok := strings.Cut(labels, `method="`)
 		if !ok {
-			continue
+			return nil
 		}
 		method, _, _ = strings.Cut(method, `"`)
 		switch method {
 		case http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
 			v, err := strconv.ParseFloat(value, 64)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			out[method] += v
 		}
-	}
-	return out, sc.Err()
+		return nil
+	})
+	return out, err
 }
 
 func (v verbs) total() float64 {
@@ -894,47 +873,58 @@ func markStatefulSetsReady(ctx context.Context, t *testing.T, k8s client.WithWat
 // uncachedReads reads how many objects the operator has read past its
 // cache so far (storybus_operator_uncached_reads_total, every kind).
 func uncachedReads(addr string) (float64, error) {
-	res, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		return 0, err
-	}
-	defer res.Body.Close()
 	n := 0.0
-	sc := bufio.NewScanner(res.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		if series, value, ok := strings.Cut(sc.Text(), "} "); ok && strings.HasPrefix(series, "storybus_operator_uncached_reads_total{") {
-			v, err := strconv.ParseFloat(value, 64)
-			if err != nil {
-				return 0, err
-			}
-			n += v
+	err := operatorMetrics(addr, func(line string) error {
+		series, value, ok := strings.Cut(line, "} ")
+		if !ok || !strings.HasPrefix(series, "storybus_operator_uncached_reads_total{") {
+			return nil
 		}
-	}
-	return n, sc.Err()
+		v, err := strconv.ParseFloat(value, 64)
+		n += v
+		return err
+	})
+	return n, err
 }
 
 // scrape reads the operator's /metrics: every unlabelled sample by name.
 func scrape(addr string) (map[string]float64, error) {
-	res, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		return nil, err
-	}
-	defer res.Body.Close()
-	if res.StatusCode != http.StatusOK {
-		return nil, errors.New(res.Status)
-	}
 	out := map[string]float64{}
-	sc := bufio.NewScanner(res.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		name, value, ok := strings.Cut(sc.Text(), " ")
+	err := operatorMetrics(addr, func(line string) error {
+		name, value, ok := strings.Cut(line, " ")
 		if !ok || strings.HasPrefix(name, "#") || strings.Contains(name, "{") {
-			continue
+			return nil
 		}
 		if v, err := strconv.ParseFloat(value, 64); err == nil {
 			out[name] = v
 		}
+		return nil
+	})
+	return out, err
+}
+
+// operatorMetrics calls each with every line of the /metrics that the
+// process serving addr answers (the operator's, or a replica's).
+func operatorMetrics(addr string, each func(line string) error) error {
+	return metricLines(http.DefaultClient, "http://"+addr+"/metrics", each)
+}
+
+// metricLines gets url with hc and calls each with every line of the
+// metrics it answers, until each returns an error.
+func metricLines(hc *http.Client, url string, each func(line string) error) error {
+	res, err := hc.Get(url)
+	if err != nil {
+		return err
 	}
-	return out, sc.Err()
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", url, res.Status)
+	}
+	sc := bufio.NewScanner(res.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		if err := each(sc.Text()); err != nil {
+			return err
+		}
+	}
+	return sc.Err()
 }

@@ -13,7 +13,8 @@ const (
 	Unmap Mode = iota
 	// Evict unmaps the pages, asks the kernel to read what the process
 	// touches later one page at a time (MADV_RANDOM: no read-ahead) and
-	// never to map it by a huge page (MADV_NOHUGEPAGE), and drops from the page cache the executable's pages no process maps
+	// never to map it by a huge page (MADV_NOHUGEPAGE), and drops from
+	// the page cache the executable's pages no process maps
 	// (POSIX_FADV_DONTNEED). Fault-around then finds few cached pages
 	// beside the one touched, and the process's resident share of its
 	// executable stays close to the pages it runs; the cost is a read
