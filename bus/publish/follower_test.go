@@ -2,7 +2,9 @@ package publish_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"slices"
 	"strconv"
@@ -18,6 +20,7 @@ import (
 	"github.com/storybus/storybus/bus/publish"
 	"github.com/storybus/storybus/bus/store"
 	"github.com/storybus/storybus/internal/storetest"
+	"github.com/storybus/storybus/internal/testutil"
 	"github.com/storybus/storybus/rules"
 )
 
@@ -136,6 +139,32 @@ func leadBy(t *testing.T, st *store.Store, stream, server string) {
 	}
 }
 
+// reachLeaders waits until the bus's server routes a publish to the
+// leaders of the workspace's topic and records. A leader just moved
+// subscribes to its stream's subjects anew, and until the other servers
+// know it a publish through them finds no responder and is answered 503,
+// as it should be; the test wants every snapshot accepted, so it starts
+// once they know. The probe expects a last sequence the stream is not
+// at: the leader answers it, and stores nothing.
+func reachLeaders(t *testing.T, b *clusterBus) {
+	t.Helper()
+	for _, subject := range []string{"som." + b.ws.ID + ".reach", b.ws.RecordsSubjects + "reach"} {
+		testutil.Eventually(t, b.server+" reaches the leader of "+subject, 30*time.Second, func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			_, err := b.st.JS.PublishMsg(ctx, nats.NewMsg(subject), jetstream.WithExpectLastSequence(math.MaxUint64))
+			var apiErr *jetstream.APIError
+			if errors.As(err, &apiErr) {
+				return nil // the leader answered, and refused
+			}
+			if err == nil {
+				t.Fatalf("the probe of %s was stored", subject)
+			}
+			return err
+		})
+	}
+}
+
 // ackedHeads remembers, per story subject, the stream sequence of the
 // latest publish acknowledged.
 type ackedHeads struct{ latest sync.Map }
@@ -221,6 +250,9 @@ func testStaleReadIsNotContention(t *testing.T, c *storetest.Cluster) {
 		return heads
 	}, 10*time.Second)
 	buses := []*clusterBus{a, b}
+	for _, bus := range buses {
+		reachLeaders(t, bus)
+	}
 
 	var sent atomic.Int64
 	errs := make(chan error, producers)

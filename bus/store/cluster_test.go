@@ -90,7 +90,9 @@ func TestNewWorkspaceAnswersDirectGetsAtOnce(t *testing.T) {
 				return
 			}
 			// A bucket of its own, as the limits bucket is opened.
-			kv, err := stores[i%3].JS.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "limits-" + ws, Replicas: 3})
+			kv, err := store.CreateOrUpdate(ctx, func(ctx context.Context) (jetstream.KeyValue, error) {
+				return stores[i%3].JS.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "limits-" + ws, Replicas: 3})
+			})
 			if err != nil {
 				t.Error(err)
 				return
