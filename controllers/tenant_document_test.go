@@ -1,7 +1,6 @@
 package controllers
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
@@ -19,8 +18,9 @@ import (
 // TestWorkspaceDocumentReadBackFromTheConfigMap: a workspace compiled
 // again as it was is given the document its Tenant's ConfigMap holds,
 // without a copy kept in memory; a ConfigMap that does not hold that
-// document (none yet, or one changed by hand under its configHash line)
-// has the workspace converted again.
+// document (none yet, one naming another hash, one changed by hand under
+// its configHash line) or a workspace that changed has the workspace
+// converted again.
 func TestWorkspaceDocumentReadBackFromTheConfigMap(t *testing.T) {
 	ctx := context.Background()
 	scheme, err := NewScheme()
@@ -28,10 +28,17 @@ func TestWorkspaceDocumentReadBackFromTheConfigMap(t *testing.T) {
 		t.Fatal(err)
 	}
 	tenant := &v1alpha1.Tenant{ObjectMeta: metav1.ObjectMeta{Namespace: "desk", Name: "document-read-back"}}
+	key := client.ObjectKeyFromObject(tenant)
+	t.Cleanup(func() {
+		compiled.mu.Lock()
+		delete(compiled.last, key)
+		compiled.mu.Unlock()
+	})
 	w := &config.Workspace{ID: "document-read-back", SigningKeyFile: "/etc/storybus/signing-key"}
-	marshalled, err := MarshalWorkspace(w)
-	if err != nil {
-		t.Fatal(err)
+	// converted is w's document as a conversion makes it.
+	converted := func(w *config.Workspace) string {
+		body := convertedBody(t, w)
+		return body + configHashLine(ConfigHash([]byte(body)))
 	}
 	withConfigMap := func(doc string) *TenantConfigurationReconciler {
 		b := fake.NewClientBuilder().WithScheme(scheme)
@@ -43,38 +50,57 @@ func TestWorkspaceDocumentReadBackFromTheConfigMap(t *testing.T) {
 		}
 		return &TenantConfigurationReconciler{objectWriter: objectWriter{Client: b.Build()}}
 	}
-	document := func(r *TenantConfigurationReconciler) []byte {
+	step := func(name string, r *TenantConfigurationReconciler, w *config.Workspace, want string) {
 		t.Helper()
-		b, err := r.workspaceDocument(ctx, tenant, w)
+		doc, hash, err := r.workspaceDocument(ctx, tenant, w)
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("%s: %v", name, err)
 		}
-		return b
+		if string(doc) != want {
+			t.Fatalf("%s: got\n%s\nwant\n%s", name, doc, want)
+		}
+		if line := configHashLine(hash); len(doc) < len(line) || string(doc[len(doc)-len(line):]) != line {
+			t.Fatalf("%s: hash %s is not the one the document names", name, hash)
+		}
 	}
 
-	// The first compile converts the workspace.
-	if got := document(withConfigMap("")); !bytes.Equal(got, marshalled) {
-		t.Fatalf("first compile:\n%s\nwant\n%s", got, marshalled)
+	step("the first compile", withConfigMap(""), w, converted(w))
+
+	// The ConfigMap's bytes are told apart from a conversion by a comment
+	// only they have: a document whose hash the compile of w remembers.
+	keptBody := "# kept in the ConfigMap\n" + convertedBody(t, w)
+	keptHash := ConfigHash([]byte(keptBody))
+	keptDoc := keptBody + configHashLine(keptHash)
+	remember := func() { compiled.remember(key, workspaceDigest(t, w), keptHash) }
+
+	remember()
+	step("w again, its document in the ConfigMap", withConfigMap(keptDoc), w, keptDoc)
+
+	remember()
+	step("w again, the ConfigMap edited by hand under its hash line", withConfigMap(keptBody+"extra: true\n"+configHashLine(keptHash)), w, converted(w))
+
+	remember()
+	step("w again, the ConfigMap naming another hash", withConfigMap(keptBody+configHashLine("0123456789abcdef")), w, converted(w))
+
+	remember()
+	step("w again, no ConfigMap yet", withConfigMap(""), w, converted(w))
+
+	// A changed workspace is converted, though the ConfigMap holds the
+	// document the memory names for the workspace before it.
+	changed := &config.Workspace{ID: "document-read-back", SigningKeyFile: "/etc/storybus/other-key"}
+	remember()
+	step("a changed workspace", withConfigMap(keptDoc), changed, converted(changed))
+}
+
+// convertedBody is w's YAML as MarshalWorkspace makes it, without the
+// configHash line.
+func convertedBody(t *testing.T, w *config.Workspace) string {
+	t.Helper()
+	b, err := MarshalWorkspace(w)
+	if err != nil {
+		t.Fatal(err)
 	}
-	// The same workspace again, its document in the ConfigMap: the
-	// ConfigMap's bytes are used. They are told apart from a conversion
-	// by a comment only the ConfigMap has (a document the compile of this
-	// workspace remembers the hash of).
-	kept := append([]byte("# kept in the ConfigMap\n"), marshalled...)
-	compiled.remember(client.ObjectKeyFromObject(tenant), workspaceDigest(t, w), ConfigHash(kept))
-	if got := document(withConfigMap(string(kept) + configHashLine(ConfigHash(kept)))); !bytes.Equal(got, kept) {
-		t.Fatalf("compiled again, its document in the ConfigMap: got\n%s\nwant the ConfigMap's\n%s", got, kept)
-	}
-	// Changed by hand under the same configHash line: converted again.
-	edited := string(kept) + "extra: true\n" + configHashLine(ConfigHash(kept))
-	if got := document(withConfigMap(edited)); !bytes.Equal(got, marshalled) {
-		t.Fatalf("the ConfigMap edited by hand: got\n%s\nwant the workspace converted again", got)
-	}
-	// No ConfigMap yet (the last write not in the cache): converted again.
-	compiled.remember(client.ObjectKeyFromObject(tenant), workspaceDigest(t, w), ConfigHash(kept))
-	if got := document(withConfigMap("")); !bytes.Equal(got, marshalled) {
-		t.Fatalf("no ConfigMap: got\n%s\nwant the workspace converted", got)
-	}
+	return string(b)
 }
 
 // workspaceDigest is the digest compiled remembers of w.

@@ -152,7 +152,7 @@ func reachLeaders(t *testing.T, b *clusterBus) {
 		testutil.Eventually(t, b.server+" reaches the leader of "+subject, 30*time.Second, func() error {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			defer cancel()
-			_, err := b.st.JS.PublishMsg(ctx, nats.NewMsg(subject), jetstream.WithExpectLastSequence(math.MaxUint64))
+			_, err := b.st.JS.PublishMsg(ctx, nats.NewMsg(subject), jetstream.WithExpectLastSequence(math.MaxInt64))
 			var apiErr *jetstream.APIError
 			if errors.As(err, &apiErr) {
 				return nil // the leader answered, and refused

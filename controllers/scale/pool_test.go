@@ -365,13 +365,14 @@ func TestPoolAtScale(t *testing.T) {
 	t.Logf("onboarding %d Tenants one at a time on the ready pool, create to first publish 202: p50 %s, p99 %s, max %s; load average %s",
 		nOnboard, p50.Round(time.Millisecond), p99.Round(time.Millisecond), worst.Round(time.Millisecond), loadAverage())
 	// The same, from the last of each Tenant's creates: the API server's
-	// answers to the test's own 21 creates left out.
+	// answers to the test's own creates (the Tenant, its Connections and
+	// their Grants) left out.
 	var afterCreated []time.Duration
 	for i, o := range timings {
 		afterCreated = append(afterCreated, onboard[i]-o.created.Sub(o.began))
 	}
 	c50, c99, cWorst := quantiles(afterCreated)
-	t.Logf("  from the last of its 21 creates to its first publish 202: p50 %s, p99 %s, max %s",
+	t.Logf("  from the last of its %d creates to its first publish 202: p50 %s, p99 %s, max %s", 1+2*connectionsPerTenant,
 		c50.Round(time.Millisecond), c99.Round(time.Millisecond), cWorst.Round(time.Millisecond))
 	// The last replica's report may come after the first 202.
 	testutil.EventuallyTrue(t, "every replica's report of the onboarded Tenants", time.Minute, func() bool {
