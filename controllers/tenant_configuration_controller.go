@@ -379,11 +379,11 @@ func MarshalWorkspace(w *config.Workspace) ([]byte, error) {
 // not hold it (not written yet, still holding an earlier workspace's
 // document, or changed by hand) has the workspace converted again.
 func (r *TenantConfigurationReconciler) workspaceDocument(ctx context.Context, t *v1alpha1.Tenant, w *config.Workspace) (doc []byte, hash string, err error) {
-	j, err := json.Marshal(w)
+	sum, err := workspaceDigest(w)
 	if err != nil {
 		return nil, "", err
 	}
-	sum, key := sha256.Sum256(j), client.ObjectKeyFromObject(t)
+	key := client.ObjectKeyFromObject(t)
 	if hash, ok := compiled.lookup(key, sum); ok {
 		if doc := r.documentInConfigMap(ctx, t, hash); doc != nil {
 			return doc, hash, nil
@@ -396,6 +396,16 @@ func (r *TenantConfigurationReconciler) workspaceDocument(ctx context.Context, t
 	hash = ConfigHash(b)
 	compiled.remember(key, sum, hash)
 	return append(b, configHashLine(hash)...), hash, nil
+}
+
+// workspaceDigest is the digest of w that compiled remembers: two
+// workspaces of one digest have one document.
+func workspaceDigest(w *config.Workspace) ([sha256.Size]byte, error) {
+	j, err := json.Marshal(w)
+	if err != nil {
+		return [sha256.Size]byte{}, err
+	}
+	return sha256.Sum256(j), nil
 }
 
 // documentInConfigMap is the configuration document of hash, its

@@ -2,8 +2,6 @@ package controllers
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/json"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -71,7 +69,11 @@ func TestWorkspaceDocumentReadBackFromTheConfigMap(t *testing.T) {
 	keptBody := "# kept in the ConfigMap\n" + convertedBody(t, w)
 	keptHash := ConfigHash([]byte(keptBody))
 	keptDoc := keptBody + configHashLine(keptHash)
-	remember := func() { compiled.remember(key, workspaceDigest(t, w), keptHash) }
+	sum, err := workspaceDigest(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	remember := func() { compiled.remember(key, sum, keptHash) }
 
 	remember()
 	step("w again, its document in the ConfigMap", withConfigMap(keptDoc), w, keptDoc)
@@ -101,14 +103,4 @@ func convertedBody(t *testing.T, w *config.Workspace) string {
 		t.Fatal(err)
 	}
 	return string(b)
-}
-
-// workspaceDigest is the digest compiled remembers of w.
-func workspaceDigest(t *testing.T, w *config.Workspace) [sha256.Size]byte {
-	t.Helper()
-	j, err := json.Marshal(w)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return sha256.Sum256(j)
 }
