@@ -203,6 +203,13 @@ scale: tools ## Reconcile 500 Tenants with 5,000 Connections against envtest: ti
 scale-pool: tools ## Place 1,000 Tenants with 10,000 Connections on a 3-replica pool (envtest, serve --pool processes, a 3-node NATS cluster): time to Ready, onboarding p99, a rotation and a removal on every replica.
 	STORYBUS_SCALE=full STORYBUS_POOL_TENANTS=$(POOL_TENANTS) STORYBUS_POOL_ONBOARD=$(POOL_ONBOARD) KUBEBUILDER_ASSETS=$(BIN) $(GO) test -tags scale -count=1 -timeout 90m -run '^TestPoolAtScale$$' -v ./controllers/scale/
 
+# What idle pooled workspaces cost a three-node NATS cluster
+# (bus/store/atrest_test.go, built with the scale tag); REST_WORKSPACES
+# sets the sizes, comma-separated.
+.PHONY: scale-cluster
+scale-cluster: ## Open 100, 300 and 1,000 pooled workspaces on a 3-node NATS cluster and read the servers' CPU at rest.
+	STORYBUS_REST_WORKSPACES=$(REST_WORKSPACES) $(GO) test -tags scale -count=1 -timeout 30m -run '^TestClusterAtRest$$' -v ./bus/store/
+
 # The upgrade prober's short form runs in make test (cmd/storybus); this is
 # its long form: more producers and stories, three cycles.
 .PHONY: test-upgrade

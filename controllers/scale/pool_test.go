@@ -66,6 +66,10 @@ import (
 // poolReplicas is the pool's replicas, one process each.
 const poolReplicas = 3
 
+// restWindow is how long the benchmark reads the CPU of the pool and its
+// cluster at rest, every Tenant placed, before it onboards more.
+const restWindow = 10 * time.Second
+
 // poolSizes is the size of the run: Tenants created in bulk, then
 // Tenants onboarded one at a time, and the pool's stream replicas.
 func poolSizes(t *testing.T) (bulk, onboard, streamReplicas int) {
@@ -253,7 +257,13 @@ func TestPoolAtScale(t *testing.T) {
 	if profileDir != "" {
 		prof = startProfiling(t, pprofAddr, profileDir)
 	}
-	cpuBefore := processCPU()
+	// The operator and the replicas run one binary: their CPU is told
+	// apart by pid.
+	labels := map[int]string{operator.Process.Pid: "operator"}
+	for _, r := range replicas {
+		labels[r.cmd.Process.Pid] = "replicas"
+	}
+	cpuBefore := processCPU(labels)
 	parallel(t, 8, names, checkOperator, func(name string) error {
 		return createPooledTenant(ctx, k8s, ns, name, poolName, v1alpha1.DeletionPolicyRetain)
 	})
@@ -284,7 +294,7 @@ func TestPoolAtScale(t *testing.T) {
 		time.Sleep(250 * time.Millisecond)
 	}
 	sinceLast := time.Since(lastCreate)
-	cpuUntilReady := cpuSince(cpuBefore)
+	cpuUntilReady := cpuSince(cpuBefore, labels)
 	if prof != nil {
 		prof.stop(t)
 	}
@@ -335,8 +345,15 @@ func TestPoolAtScale(t *testing.T) {
 	})
 	t.Logf("every one of the %d Tenants answered a publish 202 through the replicas in turn (a token, then a publish, 8 at once): %s", nBulk, time.Since(published).Round(time.Millisecond))
 
+	// What the pool and its cluster cost at rest, with every Tenant
+	// placed: the onboarding below shares the machine with it.
+	atRest := processCPU(labels)
+	time.Sleep(restWindow)
+	t.Logf("at rest with %d Tenants, CPU of each process over %s: %s; load average %s", nBulk, restWindow, cpuSince(atRest, labels), loadAverage())
+
 	// Onboarding: Tenants created one at a time on the ready pool, each
 	// timed from its create to its first publish answered 202.
+	onboardCPU, onboardBegan := processCPU(labels), time.Now()
 	var onboard []time.Duration
 	var onboarded []string
 	type onboarding struct {
@@ -361,6 +378,7 @@ func TestPoolAtScale(t *testing.T) {
 		timings = append(timings, onboarding{name, began, created, credentialsAt})
 		checkOperator()
 	}
+	t.Logf("onboarding took %s; CPU of each process meanwhile: %s", time.Since(onboardBegan).Round(time.Millisecond), cpuSince(onboardCPU, labels))
 	p50, p99, worst := quantiles(onboard)
 	t.Logf("onboarding %d Tenants one at a time on the ready pool, create to first publish 202: p50 %s, p99 %s, max %s; load average %s",
 		nOnboard, p50.Round(time.Millisecond), p99.Round(time.Millisecond), worst.Round(time.Millisecond), loadAverage())

@@ -15,6 +15,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/storybus/storybus/internal/testutil"
 )
 
 // cpuProfileChunk is the length of each CPU profile the test takes of the
@@ -147,10 +149,11 @@ func peakResident(pid int) int64 {
 
 // processCPU is the CPU time (user and system) of this test's process and
 // of each of its child processes (the API server, etcd, NATS servers,
-// the operator, pool replicas), by command name, read from /proc (Linux);
-// empty elsewhere. Two readings, subtracted, say where the machine's cores
-// went between them.
-func processCPU() map[string]time.Duration {
+// the operator, pool replicas), by command name, or by the name labels
+// gives its pid (the operator and the pool's replicas run one binary),
+// read from /proc (Linux); empty elsewhere. Two readings, subtracted, say
+// where the machine's cores went between them.
+func processCPU(labels map[int]string) map[string]time.Duration {
 	out := map[string]time.Duration{}
 	self := os.Getpid()
 	entries, err := os.ReadDir("/proc")
@@ -162,38 +165,25 @@ func processCPU() map[string]time.Duration {
 		if err != nil {
 			continue
 		}
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid … utime stime: comm may hold spaces.
-		open, closing := strings.IndexByte(string(b), '('), strings.LastIndexByte(string(b), ')')
-		if open < 0 || closing < open {
-			continue
-		}
-		comm, fields := string(b[open+1:closing]), strings.Fields(string(b[closing+1:]))
-		if len(fields) < 13 {
-			continue
-		}
-		ppid, _ := strconv.Atoi(fields[1])
-		if pid != self && ppid != self {
+		comm, ppid, cpu, err := testutil.ProcStat(pid)
+		if err != nil || (pid != self && ppid != self) {
 			continue
 		}
 		if pid == self {
 			comm = "test"
 		}
-		utime, _ := strconv.ParseInt(fields[11], 10, 64)
-		stime, _ := strconv.ParseInt(fields[12], 10, 64)
-		// USER_HZ is 100 on Linux.
-		out[comm] += time.Duration(utime+stime) * 10 * time.Millisecond
+		if l, ok := labels[pid]; ok {
+			comm = l
+		}
+		out[comm] += cpu
 	}
 	return out
 }
 
 // cpuSince formats the CPU each process name used since the reading
-// before, the largest first.
-func cpuSince(before map[string]time.Duration) string {
-	now := processCPU()
+// before (made with the same labels), the largest first.
+func cpuSince(before map[string]time.Duration, labels map[int]string) string {
+	now := processCPU(labels)
 	names := make([]string, 0, len(now))
 	for n := range now {
 		names = append(names, n)

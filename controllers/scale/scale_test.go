@@ -232,7 +232,7 @@ func TestOperatorAtScale(t *testing.T) {
 	if profileDir != "" {
 		prof = startProfiling(t, pprofAddr, profileDir)
 	}
-	cpuBefore := processCPU()
+	cpuBefore := processCPU(nil)
 	start := time.Now()
 	createAll(ctx, t, k8s, ns, nTenants, operatorExited)
 	created := time.Since(start)
@@ -254,7 +254,7 @@ func TestOperatorAtScale(t *testing.T) {
 	}
 	allReady := time.Since(start)
 	sinceLast := time.Since(lastCreate)
-	cpuUntilReady := cpuSince(cpuBefore)
+	cpuUntilReady := cpuSince(cpuBefore, nil)
 	if prof != nil {
 		prof.stop(t)
 	}

@@ -242,6 +242,17 @@ func (c *Cluster) URLs() []string {
 	return urls
 }
 
+// PIDs are the process ids of the nodes running, in node order.
+func (c *Cluster) PIDs() []int {
+	var out []int
+	for _, node := range c.nodes {
+		if node.cmd != nil && node.cmd.Process != nil {
+			out = append(out, node.cmd.Process.Pid)
+		}
+	}
+	return out
+}
+
 // URL is every node's client URL, comma-separated, as --nats-url takes it.
 func (c *Cluster) URL() string { return strings.Join(c.URLs(), ",") }
 
