@@ -207,7 +207,7 @@ scale-pool: tools ## Place 1,000 Tenants with 10,000 Connections on a 3-replica 
 # (bus/store/atrest_test.go, built with the scale tag); REST_WORKSPACES
 # sets the sizes, comma-separated.
 .PHONY: scale-cluster
-scale-cluster: ## Open 100, 300 and 1,000 pooled workspaces on a 3-node NATS cluster and read the servers' CPU at rest.
+scale-cluster: ## Open none, 100, 300 and 1,000 pooled workspaces on a 3-node NATS cluster and read the servers' CPU at rest.
 	STORYBUS_REST_WORKSPACES=$(REST_WORKSPACES) $(GO) test -tags scale -count=1 -timeout 30m -run '^TestClusterAtRest$$' -v ./bus/store/
 
 # The upgrade prober's short form runs in make test (cmd/storybus); this is
