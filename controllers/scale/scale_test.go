@@ -31,7 +31,6 @@
 package scale_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -49,6 +48,9 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
@@ -384,71 +386,50 @@ func apiserverWrites(cfg *rest.Config) (map[string]float64, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]float64{}
-	label := func(labels, name string) string {
-		_, v, _ := strings.Cut(labels, name+`="`)
-		v, _, _ = strings.Cut(v, `"`)
-		return v
+	families, err := metricFamilies(hc, strings.TrimSuffix(cfg.Host, "/")+"/metrics")
+	if err != nil {
+		return nil, err
 	}
-	err = metricLines(hc, strings.TrimSuffix(cfg.Host, "/")+"/metrics", func(line string) error {
-		labels, value, ok := strings.Cut(line, "} ")
-		if !ok || !strings.HasPrefix(labels, "apiserver_request_total{") {
-			return nil
-		}
-		verb := label(labels, "verb")
+	out := map[string]float64{}
+	for _, m := range families["apiserver_request_total"].GetMetric() {
+		verb := label(m, "verb")
 		switch verb {
 		case "GET", "LIST", "WATCH":
-			return nil
+			continue
 		}
-		key := verb + " " + label(labels, "resource")
-		if sub := label(labels, "subresource"); sub != "" {
+		key := verb + " " + label(m, "resource")
+		if sub := label(m, "subresource"); sub != "" {
 			key += "/" + sub
 		}
-		if v, err := strconv.ParseFloat(value, 64); err == nil {
-			out[key] += v
-		}
-		return nil
-	})
-	return out, err
+		out[key] += m.GetCounter().GetValue()
+	}
+	return out, nil
 }
 
 // reconciles reads, by controller, the reconciles so far and the seconds
 // they took, from controller-runtime's metrics.
 func reconciles(addr string) (map[string]string, error) {
+	families, err := operatorMetrics(addr)
+	if err != nil {
+		return nil, err
+	}
 	count, took := map[string]float64{}, map[string]float64{}
 	results := map[string]string{} // the counts of results other than success
-	err := operatorMetrics(addr, func(line string) error {
-		into, isCount := count, true
-		switch {
-		case strings.HasPrefix(line, "controller_runtime_reconcile_total{"):
-		case strings.HasPrefix(line, "controller_runtime_reconcile_time_seconds_sum{"):
-			into, isCount = took, false
-		default:
-			return nil
+	for _, m := range families["controller_runtime_reconcile_total"].GetMetric() {
+		name, v := label(m, "controller"), m.GetCounter().GetValue()
+		count[name] += v
+		if result := label(m, "result"); result != "success" && v > 0 {
+			results[name] += fmt.Sprintf(", %s %.0f", result, v)
 		}
-		labels, value, ok := strings.Cut(line, "} ")
-		_, name, found := strings.Cut(labels, `controller="`)
-		if !ok || !found {
-			return nil
-		}
-		name, _, _ = strings.Cut(name, `"`)
-		v, err := strconv.ParseFloat(value, 64)
-		if err != nil {
-			return nil
-		}
-		into[name] += v
-		if _, result, found := strings.Cut(labels, `result="`); found && isCount {
-			if result, _, _ = strings.Cut(result, `"`); result != "success" && v > 0 {
-				results[name] += fmt.Sprintf(", %s %.0f", result, v)
-			}
-		}
-		return nil
-	})
+	}
+	for _, m := range families["controller_runtime_reconcile_time_seconds"].GetMetric() {
+		took[label(m, "controller")] += m.GetHistogram().GetSampleSum()
+	}
 	out := map[string]string{}
 	for name, n := range count {
 		out[name] = fmt.Sprintf("%.0f%s, %.1f s", n, results[name], took[name])
 	}
-	return out, err
+	return out, nil
 }
 
 // verbs counts the operator's writes to the API server by verb.
@@ -457,31 +438,18 @@ type verbs map[string]float64
 // writes reads the operator's writes so far from its
 // rest_client_requests_total.
 func writes(addr string) (verbs, error) {
+	families, err := operatorMetrics(addr)
+	if err != nil {
+		return nil, err
+	}
 	out := verbs{}
-	err := operatorMetrics(addr, func(line string) error {
-		if !strings.HasPrefix(line, "rest_client_requests_total{") {
-			return nil
-		}
-		labels, value, ok := strings.Cut(line, "} ")
-		if !ok {
-			return nil
-		}
-		_, method, ok := strings.Cut(labels, `method="`)
-		if !ok {
-			return nil
-		}
-		method, _, _ = strings.Cut(method, `"`)
-		switch method {
+	for _, m := range families["rest_client_requests_total"].GetMetric() {
+		switch method := label(m, "method"); method {
 		case http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
-			v, err := strconv.ParseFloat(value, 64)
-			if err != nil {
-				return err
-			}
-			out[method] += v
+			out[method] += m.GetCounter().GetValue()
 		}
-		return nil
-	})
-	return out, err
+	}
+	return out, nil
 }
 
 func (v verbs) total() float64 {
@@ -873,58 +841,73 @@ func markStatefulSetsReady(ctx context.Context, t *testing.T, k8s client.WithWat
 // uncachedReads reads how many objects the operator has read past its
 // cache so far (storybus_operator_uncached_reads_total, every kind).
 func uncachedReads(addr string) (float64, error) {
+	families, err := operatorMetrics(addr)
+	if err != nil {
+		return 0, err
+	}
 	n := 0.0
-	err := operatorMetrics(addr, func(line string) error {
-		series, value, ok := strings.Cut(line, "} ")
-		if !ok || !strings.HasPrefix(series, "storybus_operator_uncached_reads_total{") {
-			return nil
-		}
-		v, err := strconv.ParseFloat(value, 64)
-		n += v
-		return err
-	})
-	return n, err
+	for _, m := range families["storybus_operator_uncached_reads_total"].GetMetric() {
+		n += m.GetCounter().GetValue()
+	}
+	return n, nil
 }
 
-// scrape reads the operator's /metrics: every unlabelled sample by name.
+// scrape reads the operator's /metrics (or a replica's): the value of
+// every metric of one unlabelled series (a counter, a gauge or untyped),
+// by name.
 func scrape(addr string) (map[string]float64, error) {
+	families, err := operatorMetrics(addr)
+	if err != nil {
+		return nil, err
+	}
 	out := map[string]float64{}
-	err := operatorMetrics(addr, func(line string) error {
-		name, value, ok := strings.Cut(line, " ")
-		if !ok || strings.HasPrefix(name, "#") || strings.Contains(name, "{") {
-			return nil
+	for name, f := range families {
+		if ms := f.GetMetric(); len(ms) == 1 && len(ms[0].GetLabel()) == 0 {
+			m := ms[0]
+			switch {
+			case m.Counter != nil:
+				out[name] = m.GetCounter().GetValue()
+			case m.Gauge != nil:
+				out[name] = m.GetGauge().GetValue()
+			case m.Untyped != nil:
+				out[name] = m.GetUntyped().GetValue()
+			}
 		}
-		if v, err := strconv.ParseFloat(value, 64); err == nil {
-			out[name] = v
-		}
-		return nil
-	})
-	return out, err
+	}
+	return out, nil
 }
 
-// operatorMetrics calls each with every line of the /metrics that the
-// process serving addr answers (the operator's, or a replica's).
-func operatorMetrics(addr string, each func(line string) error) error {
-	return metricLines(http.DefaultClient, "http://"+addr+"/metrics", each)
+// operatorMetrics reads the /metrics that the process serving addr
+// answers (the operator's, or a replica's).
+func operatorMetrics(addr string) (map[string]*dto.MetricFamily, error) {
+	return metricFamilies(http.DefaultClient, "http://"+addr+"/metrics")
 }
 
-// metricLines gets url with hc and calls each with every line of the
-// metrics it answers, until each returns an error.
-func metricLines(hc *http.Client, url string, each func(line string) error) error {
+// metricFamilies gets url with hc and parses the metrics it answers (the
+// Prometheus text format), by name.
+func metricFamilies(hc *http.Client, url string) (map[string]*dto.MetricFamily, error) {
 	res, err := hc.Get(url)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer res.Body.Close()
 	if res.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: %s", url, res.Status)
+		return nil, fmt.Errorf("%s: %s", url, res.Status)
 	}
-	sc := bufio.NewScanner(res.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		if err := each(sc.Text()); err != nil {
-			return err
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(res.Body)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", url, err)
+	}
+	return families, nil
+}
+
+// label is the value of m's label name, "" when it has none.
+func label(m *dto.Metric, name string) string {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name {
+			return l.GetValue()
 		}
 	}
-	return sc.Err()
+	return ""
 }
