@@ -118,11 +118,11 @@ func clusterCPU(t *testing.T, c *storetest.Cluster) time.Duration {
 	t.Helper()
 	var sum time.Duration
 	for _, pid := range c.PIDs() {
-		_, _, cpu, err := testutil.ProcStat(pid)
+		st, err := testutil.ProcStat(pid)
 		if err != nil {
 			t.Fatal(err)
 		}
-		sum += cpu
+		sum += st.CPU
 	}
 	return sum
 }

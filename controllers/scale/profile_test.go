@@ -165,17 +165,18 @@ func processCPU(labels map[int]string) map[string]time.Duration {
 		if err != nil {
 			continue
 		}
-		comm, ppid, cpu, err := testutil.ProcStat(pid)
-		if err != nil || (pid != self && ppid != self) {
+		st, err := testutil.ProcStat(pid)
+		if err != nil || (pid != self && st.Parent != self) {
 			continue
 		}
+		name := st.Command
 		if pid == self {
-			comm = "test"
+			name = "test"
 		}
 		if l, ok := labels[pid]; ok {
-			comm = l
+			name = l
 		}
-		out[comm] += cpu
+		out[name] += st.CPU
 	}
 	return out
 }

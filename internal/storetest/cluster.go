@@ -1,11 +1,11 @@
 package storetest
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
@@ -287,17 +287,19 @@ func (c *Cluster) Freeze(i int) {
 	if err := node.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		c.t.Fatal(err)
 	}
-	stat := fmt.Sprintf("/proc/%d/stat", node.cmd.Process.Pid)
+	pid := node.cmd.Process.Pid
 	testutil.Eventually(c.t, "nats-server "+node.name+" stopped", 10*time.Second, func() error {
-		b, err := os.ReadFile(stat)
-		if err != nil {
+		st, err := testutil.ProcStat(pid)
+		if errors.Is(err, fs.ErrNotExist) {
 			return nil // no /proc to ask
 		}
-		// pid (comm) state …
-		if i := bytes.LastIndexByte(b, ')'); i > 0 && i+2 < len(b) && b[i+2] == 'T' {
-			return nil
+		if err != nil {
+			return err
 		}
-		return errors.New("still running")
+		if st.State != 'T' {
+			return fmt.Errorf("state %c, not stopped", st.State)
+		}
+		return nil
 	})
 }
 
