@@ -206,6 +206,7 @@ scale-pool: tools ## Place 1,000 Tenants with 10,000 Connections on a 3-replica 
 # What idle pooled workspaces cost a three-node NATS cluster
 # (bus/store/atrest_test.go, built with the scale tag); REST_WORKSPACES
 # sets the sizes, comma-separated.
+REST_WORKSPACES ?= 0,100,300,1000
 .PHONY: scale-cluster
 scale-cluster: ## Open none, 100, 300 and 1,000 pooled workspaces on a 3-node NATS cluster and read the servers' CPU at rest.
 	STORYBUS_REST_WORKSPACES=$(REST_WORKSPACES) $(GO) test -tags scale -count=1 -timeout 30m -run '^TestClusterAtRest$$' -v ./bus/store/

@@ -73,7 +73,7 @@ func requeueAfter(d time.Duration) ctrl.Result { return ctrl.Result{RequeueAfter
 // Tenant changed alone, one onboarded or a secret rotated on a quiet
 // operator, is compiled sooner, where a second compile costs little: a
 // kubectl apply of a Tenant's 21 objects sends them a few tens of
-// milliseconds apart, and the pause is on the way of its first publish.
+// milliseconds apart, and the pause is in the way of its first publish.
 const (
 	coalesce       = 500 * time.Millisecond
 	coalesceQuiet  = 100 * time.Millisecond

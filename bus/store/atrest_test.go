@@ -29,8 +29,9 @@ const (
 // of three replicas, a raft group whose leader nats-server keeps sending
 // heartbeats to its followers however idle it is. For each size of
 // STORYBUS_REST_WORKSPACES (comma-separated; none, 100, 300 and 1,000 by
-// default) a fresh cluster has that many workspaces opened as a pool's
-// replicas open them (shared buckets, three replicas), is left to settle,
+// default) a fresh cluster has that many workspaces opened on shared
+// buckets with three replicas, as a pool's are (one raft group each; the
+// window and limits a Tenant sets do not change that), is left to settle,
 // and has its servers' CPU read over restWindow.
 func TestClusterAtRest(t *testing.T) {
 	sizes := []int{0, 100, 300, 1000}

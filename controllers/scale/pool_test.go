@@ -318,9 +318,13 @@ func TestPoolAtScale(t *testing.T) {
 	t.Logf("operator writes for the bulk: %v, %.1f per Tenant (with its 10 Connections and Grants)", bulkWrites, bulkWrites.total()/float64(nBulk))
 	if w, err := apiserverWrites(cfg); err == nil {
 		t.Logf("writes the API server answered until all Ready, by verb and resource (the test's own included): %v", w)
+	} else {
+		t.Logf("writes the API server answered: unread: %v", err)
 	}
 	if r, err := reconciles(metricsAddr); err == nil {
 		t.Logf("reconciles until all Ready, by controller (count, seconds): %v", r)
+	} else {
+		t.Logf("reconciles: unread: %v", err)
 	}
 	for _, r := range replicas {
 		t.Logf("replica %s when all Ready: %s", r.name, r.memory())

@@ -283,9 +283,13 @@ func TestOperatorAtScale(t *testing.T) {
 	t.Logf("operator writes until all Ready: %v, %.1f per Tenant (with its 10 Connections and Grants)", writesUntilReady, float64(writesUntilReady.total())/float64(nTenants))
 	if w, err := apiserverWrites(cfg); err == nil {
 		t.Logf("writes the API server answered until all Ready, by verb and resource (the test's own creates and status updates included): %v", w)
+	} else {
+		t.Logf("writes the API server answered: unread: %v", err)
 	}
 	if r, err := reconciles(metricsAddr); err == nil {
 		t.Logf("reconciles until all Ready, by controller (count, seconds): %v", r)
+	} else {
+		t.Logf("reconciles: unread: %v", err)
 	}
 	if n, byReason, err := countEvents(ctx, k8s, ns); err == nil {
 		t.Logf("Events in the namespace when all Ready: %d, %.1f per Tenant %v", n, float64(n)/float64(nTenants), byReason)
@@ -853,8 +857,8 @@ func uncachedReads(addr string) (float64, error) {
 }
 
 // scrape reads the operator's /metrics (or a replica's): the value of
-// every metric of one unlabelled series (a counter, a gauge or untyped),
-// by name.
+// every metric family made of a single unlabelled series (a counter, a
+// gauge or untyped), by name.
 func scrape(addr string) (map[string]float64, error) {
 	families, err := operatorMetrics(addr)
 	if err != nil {

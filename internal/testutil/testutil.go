@@ -1,6 +1,7 @@
 // Package testutil holds the small helpers the tests of several packages
 // share: a free loopback address, polling for a condition with a deadline
-// instead of sleeping, and a busy file beside watched ones.
+// instead of sleeping, a busy file beside watched ones, and what
+// /proc/<pid>/stat says of a process.
 package testutil
 
 import (
