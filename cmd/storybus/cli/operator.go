@@ -280,7 +280,7 @@ func newOperatorCommand() *cobra.Command {
 	o := &OperatorOptions{}
 	cmd := &cobra.Command{
 		Use:   "operator",
-		Short: "Run the operator: reconcile Tenants, Connections, Grants and OwnershipPolicies into running buses",
+		Short: "Run the operator: reconcile Tenants, Connections, Grants, OwnershipPolicies and BusPools into running buses",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := o.validate(); err != nil {

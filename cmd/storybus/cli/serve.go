@@ -114,7 +114,7 @@ func (o *ServeOptions) bind(cmd *cobra.Command) {
 	f.StringVar(&o.NATSURL, "nats-url", "", "URL of an external NATS cluster; empty runs JetStream embedded")
 	f.StringVar(&o.NATSCreds, "nats-credentials", "", "NATS credentials file for --nats-url")
 	f.StringVar(&o.NATSListen, "nats-listen", "", "also serve NATS clients (consumers) from the embedded store on this address")
-	f.IntVar(&o.Replicas, "replicas", 1, "replicas of every stream and bucket (3 on an external cluster)")
+	f.IntVar(&o.Replicas, "replicas", 1, "replicas of every stream and bucket: 1 on the embedded server; give 3 with --nats-url on a three-node cluster (the operator does)")
 	f.StringVar(&o.Sync, "sync", SyncAlways, "embedded JetStream fsync: always (every message) or interval")
 	f.DurationVar(&o.SyncInterval, "sync-interval", 0, "fsync period of what is not fsynced on write: every write with --sync=interval (default 2m), the records bucket with --sync=always (default 10s)")
 	f.DurationVar(&o.TopicRetention, "topic-retention", 0, "how long the topic keeps messages; 0 keeps them until the store's limits")
