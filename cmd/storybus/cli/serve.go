@@ -347,6 +347,7 @@ func Serve(ctx context.Context, o ServeOptions, cfgs []*config.Workspace, log *s
 		Bus:                   bo, Workspaces: cfgs,
 	}
 	return bus.Run(ctx, ro, func(ctx context.Context, srv *bus.Server) error {
+		warnSingleCopy(o, srv.Store(), log)
 		if o.Pool != "" {
 			if err := servePool(ctx, o, srv, log); err != nil {
 				return err
@@ -354,6 +355,20 @@ func Serve(ctx context.Context, o ServeOptions, cfgs []*config.Workspace, log *s
 		}
 		return serveHTTP(ctx, o, cfgs, srv, log, ready)
 	})
+}
+
+// warnSingleCopy warns when the bus creates single-copy streams and
+// buckets on a NATS cluster: --replicas is 1 unless given, and a bus run
+// by hand against a cluster without it keeps one copy of what it writes,
+// which a lost server loses.
+func warnSingleCopy(o ServeOptions, st *store.Store, log *slog.Logger) {
+	if o.NATSURL == "" || o.Replicas > 1 || st == nil || st.Conn == nil {
+		return
+	}
+	if cluster := st.Conn.ConnectedClusterName(); cluster != "" {
+		log.Warn("the streams and buckets this bus creates on a NATS cluster keep one copy (--replicas 1): a lost server loses what it held; give --replicas 3 on a three-node cluster",
+			"cluster", cluster, "replicas", o.Replicas)
+	}
 }
 
 // processStarted is when the process started, near enough (its packages'
