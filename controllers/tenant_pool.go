@@ -388,6 +388,12 @@ func (r *TenantPoolReconciler) place(ctx context.Context, s *poolScope) (ctrl.Re
 		(!s.synced || len(s.loads()) == 0 || reported(s.statuses, hash))
 	if !placed {
 		r.openStore(ctx, s.client, doc)
+		// From here the workspace may have data on the pool's cluster:
+		// it is placed there, its document hash empty until the put
+		// below. A put that fails leaves it so, and a Tenant deleted
+		// before a later reconcile puts the document still has its
+		// deletion policy applied to that data.
+		t.Status.Pool = &v1alpha1.PoolPlacement{Namespace: key.Namespace, Name: key.Name}
 	}
 	if !known {
 		if err := r.put(ctx, s.client, t.EffectiveWorkspaceID(), doc); err != nil {

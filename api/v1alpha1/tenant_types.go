@@ -450,9 +450,11 @@ type TenantStatus struct {
 	// +listType=atomic
 	// +optional
 	Compiled []CompiledObject `json:"compiled,omitempty"`
-	// Pool is the pool the workspace's document was last written to, while
-	// it is there: a Tenant moved off a pool or deleted has it removed
-	// from there first.
+	// Pool is the pool the workspace is placed on, from the moment its
+	// stream is opened on the pool's cluster (its documentHash once its
+	// document is in the pool's bucket): a Tenant moved off a pool or
+	// deleted has its document removed from there first, and a deleted
+	// one its data as its deletion policy says.
 	// +optional
 	Pool *PoolPlacement `json:"pool,omitempty"`
 }
