@@ -386,13 +386,12 @@ func (r *TenantPoolReconciler) place(ctx context.Context, s *poolScope) (ctrl.Re
 	placed := placedOn(t, key)
 	known := placed && t.Status.Pool.DocumentHash == hash &&
 		(!s.synced || len(s.loads()) == 0 || reported(s.statuses, hash))
-	if !placed {
-		r.openStore(ctx, s.client, doc)
-		// From here the workspace may have data on the pool's cluster:
-		// it is placed there, its document hash empty until the put
-		// below. A put that fails leaves it so, and a Tenant deleted
-		// before a later reconcile puts the document still has its
-		// deletion policy applied to that data.
+	if !placed && r.openStore(ctx, s.client, doc) {
+		// From here the workspace has data on the pool's cluster: it is
+		// placed there, its document hash empty until the put below. A
+		// put that fails leaves it so, and a Tenant deleted before a
+		// later reconcile puts the document still has its deletion
+		// policy applied to that data.
 		t.Status.Pool = &v1alpha1.PoolPlacement{Namespace: key.Namespace, Name: key.Name}
 	}
 	if !known {
@@ -431,11 +430,12 @@ func reported(statuses map[string]pool.Status, hash string) bool {
 // it: each replica then waited out its first attempt (half a second) of
 // an onboarding's two. Opened first, the replicas find the stream there.
 // A failure is left to the replicas, which open it themselves and report
-// what keeps them from it on the Tenant.
-func (r *TenantPoolReconciler) openStore(ctx context.Context, pc *poolClient, doc []byte) {
+// what keeps them from it on the Tenant. It reports whether it opened
+// them.
+func (r *TenantPoolReconciler) openStore(ctx context.Context, pc *poolClient, doc []byte) bool {
 	cfg, err := config.Parse(doc)
 	if err != nil {
-		return // the replicas refuse it, and say why
+		return false // the replicas refuse it, and say why
 	}
 	ctx, cancel := context.WithTimeout(ctx, externalDataTimeout)
 	defer cancel()
@@ -443,7 +443,9 @@ func (r *TenantPoolReconciler) openStore(ctx context.Context, pc *poolClient, do
 	// (poolArgs): their default is 0, the document's maxAge alone.
 	if _, err := pc.store.OpenConfigured(ctx, cfg, 0); err != nil {
 		ctrl.LoggerFrom(ctx).Info("could not open the workspace's stream before its first placement; the pool's replicas open it", "workspace", cfg.ID, "error", err.Error())
+		return false
 	}
+	return true
 }
 
 // put writes doc under ws into the pool's bucket unless the bucket holds
